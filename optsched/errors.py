@@ -1,0 +1,56 @@
+"""User-facing errors: what went wrong, where (file, node, field), and what to do.
+
+The CLI turns any `OptschedError` into one message and exit status 2; everything
+else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class OptschedError(Exception):
+    """A mistake in the user's input, reported without a traceback."""
+
+    def __init__(self, message: str, *, file: str | None = None, node: str | None = None,
+                 field: str | None = None, hint: str | None = None):
+        self.message = message
+        self.file = file
+        self.node = node
+        self.field = field
+        self.hint = hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = []
+        if self.file:
+            where.append(str(self.file))
+        if self.node is not None:
+            where.append(f"node {self.node!r}")
+        if self.field:
+            where.append(f"field {self.field!r}")
+        text = (": ".join([", ".join(where), self.message]) if where else self.message)
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+    def in_file(self, file: str) -> "OptschedError":
+        """The same error, now naming the file it came from."""
+        if self.file is None:
+            self.file = str(file)
+            self.args = (self.render(),)
+        return self
+
+
+class FormatError(OptschedError):
+    """A file that is not valid JSON or does not follow its format."""
+
+
+class GraphError(OptschedError):
+    """A graph that breaks a structural rule (cycle, dangling input, bad size)."""
+
+
+class ClusterError(OptschedError):
+    """A cluster description that is inconsistent or names unknown devices."""
+
+
+class InfeasibleError(OptschedError):
+    """No schedule fits the budget; the message says how much would."""

@@ -1,0 +1,93 @@
+"""Human quantities: `16GB`, `16GiB`, `512MB`, `1.5e9`, `16GB/s`, `10us`.
+
+Decimal prefixes (kB, MB, GB, TB) are powers of 1000, binary ones (KiB, MiB,
+GiB, TiB) powers of 1024, as in every storage vendor's and the IEC's usage.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import OptschedError
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMgGtTpP]?)(i?)([bB]?)\s*$")
+_POW = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+_TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ns|us|µs|ms|s|min|h)?\s*$")
+_TIME_SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
+
+
+def parse_size(value: str | int | float, what: str = "size") -> int:
+    """Bytes from a number or a string such as '16GB', '16GiB', '512MB', '1.5e9'."""
+    if isinstance(value, bool):
+        raise OptschedError(f"{what} must be a number of bytes, not {value!r}")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        m = _SIZE.match(str(value))
+        if not m:
+            raise OptschedError(f"cannot read {what} {value!r}",
+                                hint="write it as 16GB, 16GiB, 512MB or 1.5e9")
+        prefix, binary = m.group(2).lower(), m.group(3)
+        base = 1024 if binary else 1000
+        if binary and not prefix:
+            raise OptschedError(f"cannot read {what} {value!r}", hint="write it as 16GiB or 16GB")
+        number = float(m.group(1)) * base ** _POW[prefix]
+    if not math.isfinite(number) or number < 0:
+        raise OptschedError(f"{what} must be a finite, non-negative number of bytes, not {value!r}")
+    return int(round(number))
+
+
+def parse_bandwidth(value: str | int | float, what: str = "bandwidth") -> float:
+    """Bytes per second from a number or a string such as '16GB/s' or '900GiB/s'."""
+    text = value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith("/s"):
+            text = text[:-2]
+    bw = float(parse_size(text, what))
+    if bw <= 0:
+        raise OptschedError(f"{what} must be positive, not {value!r}")
+    return bw
+
+
+def parse_time(value: str | int | float, what: str = "time") -> float:
+    """Seconds from a number or a string such as '10us', '2.5ms', '60s', '5min'."""
+    if isinstance(value, bool):
+        raise OptschedError(f"{what} must be a number of seconds, not {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        m = _TIME.match(str(value))
+        if not m:
+            raise OptschedError(f"cannot read {what} {value!r}", hint="write it as 60, 60s, 2.5ms or 10us")
+        seconds = float(m.group(1)) * _TIME_SCALE[m.group(2)]
+    if not math.isfinite(seconds) or seconds < 0:
+        raise OptschedError(f"{what} must be a finite, non-negative number of seconds, not {value!r}")
+    return seconds
+
+
+def format_size(nbytes: float) -> str:
+    """'1.50 GB' style, decimal prefixes, for tables and messages."""
+    if nbytes is None or (isinstance(nbytes, float) and not math.isfinite(nbytes)):
+        return str(nbytes)
+    n = float(nbytes)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} TB"
+
+
+def format_time(seconds: float) -> str:
+    """'12.3 ms' style for tables and messages."""
+    if seconds is None or not math.isfinite(seconds):
+        return str(seconds)
+    s = abs(seconds)
+    if s == 0:
+        return "0 s"
+    if s < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if s < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.3f} s"
