@@ -17,7 +17,8 @@ class SolveOptions:
     devices: int | None = None        # use at most this many accelerators
     swap: bool = True                 # may copy tensors to host memory and back
     recompute: bool = True            # may drop and recompute activations
-    warm_start: Schedule | None = None
+    warm_start: Schedule | None = None   # a feasible schedule to start from (MILP: its incumbent)
+    write_model: str | None = None       # MILP: also write the model to this .mps or .lp file
     progress: Callable[[dict], None] | None = None   # called with {incumbent, bound, gap, elapsed}
     verbose: bool = False
     params: Mapping = field(default_factory=dict)    # solver-specific knobs, e.g. {"segments": 8}
