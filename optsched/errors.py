@@ -32,7 +32,7 @@ class OptschedError(Exception):
             text += f" ({self.hint})"
         return text
 
-    def in_file(self, file: str) -> "OptschedError":
+    def in_file(self, file: str) -> OptschedError:
         """The same error, now naming the file it came from."""
         if self.file is None:
             self.file = str(file)

@@ -192,19 +192,28 @@ def check_graph(graph: Graph) -> Graph:
             if node.recomputable:
                 raise GraphError(f"a {node.kind} node cannot be recomputed", node=node.id, field="recomputable",
                                  hint="set recomputable to false")
-    graph.arrays  # duplicate ids, dangling inputs and cycles
+    _ = graph.arrays  # builds the index: duplicate ids, dangling inputs and cycles raise here
     return graph
 
 
-def memory_lower_bound(graph: Graph) -> int:
-    """Bytes no schedule can do with less of on one device: the largest
-    operation's distinct inputs, its output and its workspace, all live at once."""
+def largest_operation(graph: Graph) -> tuple[str, int]:
+    """The operation needing the most memory while it runs (its distinct
+    inputs, its output and its workspace, all live at once) and that amount."""
     a = graph.arrays
-    best = 0
-    for i in range(len(graph.nodes)):
-        need = int(a.bytes[i] + a.workspace[i] + a.bytes[a.inputs_of(i)].sum())
-        best = max(best, need)
-    return best
+    n = len(a.ids)
+    if n == 0:
+        return "", 0
+    owner = np.repeat(np.arange(n), np.diff(a.in_ptr))
+    inputs = np.bincount(owner, weights=a.bytes[a.in_idx].astype(np.float64), minlength=n)
+    need = inputs.astype(np.int64) + a.bytes + a.workspace
+    i = int(need.argmax())
+    return a.ids[i], int(need[i])
+
+
+def memory_lower_bound(graph: Graph) -> int:
+    """Bytes that no schedule can do with less of on the device running the
+    largest operation (see `largest_operation`)."""
+    return largest_operation(graph)[1]
 
 
 def to_networkx(graph: Graph):

@@ -305,4 +305,5 @@ def _result(valid, violation, cluster, makespan, peak, compute_time, recompute_t
                      peak={n: peak.get(n, 0) for n in names}, budget={d.name: d.memory for d in cluster.devices},
                      compute_time=compute_time, recompute_time=recompute_time, recomputed=recomputed,
                      transfer_time=transfer_time, transfer_bytes=transfer_bytes, swap_out_bytes=swap_out,
-                     swap_in_bytes=swap_in, busy=dict(zip(names, busy)), start=start, end=end, timeline=timeline)
+                     swap_in_bytes=swap_in, busy=dict(zip(names, busy, strict=True)), start=start, end=end,
+                     timeline=timeline)

@@ -70,7 +70,9 @@ def _header(data, fmt: str) -> None:
     if not isinstance(data, dict):
         raise FormatError(f"expected a JSON object with \"format\": \"{fmt}\"")
     if data.get("format") != fmt:
-        hint = "run `optsched import FILE -o graph.json` to convert another tool's graph" if fmt == "optsched-graph" else None
+        hint = None
+        if fmt == "optsched-graph":
+            hint = "run `optsched import FILE -o graph.json` to convert another tool's graph"
         raise FormatError(f"not an {fmt} file (format is {data.get('format')!r})", field="format", hint=hint)
     if data.get("version") != VERSION:
         raise FormatError(f"unsupported version {data.get('version')!r}; this optsched reads version {VERSION}",

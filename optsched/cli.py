@@ -1,0 +1,339 @@
+"""`optsched`: the command line. Reads graphs (any supported format), clusters
+and schedules, runs solvers and the simulator, prints tables or `--json`.
+
+Exit status: 0 done; 1 a schedule is invalid or none fits; 2 a mistake in the
+input (the message names the file, node and field); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+
+from .cluster import Cluster, check_cluster, single_accelerator
+from .errors import OptschedError
+from .graph import Graph, largest_operation
+from .units import format_size, format_time, parse_bandwidth, parse_size, parse_time
+
+
+def _load_graph(arg: str) -> Graph:
+    from .formats.importers import example_graph_path, import_graph
+
+    if arg.startswith("example:"):
+        return import_graph(example_graph_path(arg.split(":", 1)[1]))
+    return import_graph(arg)
+
+
+def _cluster(args) -> Cluster:
+    if args.cluster and args.mem:
+        raise OptschedError("give either --mem or --cluster, not both")
+    if args.cluster:
+        from .formats import load_cluster
+
+        return load_cluster(args.cluster)
+    if not args.mem:
+        raise OptschedError("no memory budget given", hint="add --mem 16GB or --cluster cluster.json")
+    return check_cluster(single_accelerator(parse_size(args.mem, "--mem"), gpus=args.gpus,
+                                            host_memory=parse_size(args.host_mem, "--host-mem"),
+                                            bandwidth=parse_bandwidth(args.bandwidth, "--bandwidth")))
+
+
+def _unbounded(graph: Graph) -> Cluster:
+    """One accelerator (or the host, for a cpu-only graph) with room for anything."""
+    big = 2**62
+    cuda = graph.arrays.cost.get("cuda")
+    kind = "cuda" if cuda is not None and not (cuda != cuda).any() else "cpu"
+    return single_accelerator(big, host_memory=big) if kind == "cuda" else \
+        check_cluster(Cluster((single_accelerator(big).devices[-1],)))
+
+
+def _check_budget(graph: Graph, cluster: Cluster, devices: set[str]) -> None:
+    """A budget below the largest operation on it is a user mistake, not a result."""
+    node, need = largest_operation(graph)
+    for d in cluster.devices:
+        if d.name in devices and d.memory < need:
+            raise OptschedError(f"the budget of {d.name} ({format_size(d.memory)}) is below the memory lower bound "
+                                f"of {format_size(need)}: operation {node!r} needs its inputs, output and workspace "
+                                "at once", field="--mem", hint=f"give at least {format_size(need)}")
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(r):
+        cells = enumerate(zip(r, widths, strict=True))
+        return "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in cells)
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def _print_sim(s: dict, base: float | None = None) -> None:
+    over = "" if base in (None, 0) else f"  ({(s['step_time_s'] / base - 1) * 100:+.1f}% vs keep-everything)"
+    print(f"step time      {format_time(s['step_time_s'])}{over}")
+    print(f"compute        {format_time(s['compute_s'])}")
+    print(f"recompute      {format_time(s['recompute_s'])} in {s['recomputed_ops']} operations")
+    print(f"transfers      {format_time(s['transfer_s'])}, {format_size(s['transfer_bytes'])} "
+          f"(swap out {format_size(s['swap_out_bytes'])}, in {format_size(s['swap_in_bytes'])})")
+    rows = [[d["device"], d["kind"], format_size(d["peak_bytes"]), format_size(d["budget_bytes"]),
+             f"{100 * d['peak_bytes'] / d['budget_bytes']:.0f}%" if d["budget_bytes"] else "-",
+             format_time(d["busy_s"])] for d in s["devices"]]
+    print(_table(rows, ["device", "kind", "peak", "budget", "used", "busy"]))
+
+
+def _emit(args, data: dict) -> None:
+    print(json.dumps(data, indent=1, default=str))
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+def cmd_validate(args) -> int:
+    g = _load_graph(args.graph)
+    if args.json:
+        _emit(args, {"valid": True, "graph": g.name, "nodes": len(g.nodes), "edges": g.num_edges})
+    else:
+        print(f"{args.graph}: valid graph {g.name!r}, {len(g.nodes)} nodes, {g.num_edges} edges")
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .simulate import simulate
+    from .solvers import solve
+    from .summary import graph_summary
+
+    g = _load_graph(args.graph)
+    info = graph_summary(g)
+    cl = _unbounded(g)
+    baselines = {}
+    for name in ("keep-everything", "chen-sqrt"):
+        try:
+            r = simulate(g, cl, solve(g, cl, name))
+        except OptschedError as e:
+            baselines[name] = {"error": e.message}
+            continue
+        dev = next(d for d in cl.devices if r.busy[d.name] > 0 or d is cl.devices[-1])
+        baselines[name] = {"device": dev.name, "peak_bytes": r.peak[dev.name], "step_time_s": r.makespan,
+                           "recompute_s": r.recompute_time}
+    info["baselines"] = baselines
+    if args.json:
+        _emit(args, info)
+        return 0
+    print(f"graph {info['name']!r}: {info['nodes']} nodes, {info['edges']} edges, "
+          f"{info['required']} required results")
+    print("kinds          " + ", ".join(f"{k} {v}" for k, v in sorted(info["kinds"].items())))
+    print("total compute  " + ", ".join(f"{k} {format_time(v)}" for k, v in info["total_compute_s"].items()))
+    print(f"lower bound    {format_size(info['memory_lower_bound'])} (operation {info['largest_operation']!r})")
+    rows = [[n, b.get("device", "-"), format_size(b["peak_bytes"]) if "peak_bytes" in b else "-",
+             format_time(b["step_time_s"]) if "step_time_s" in b else "-",
+             format_time(b["recompute_s"]) if "recompute_s" in b else b.get("error", "")]
+            for n, b in baselines.items()]
+    print(_table(rows, ["baseline", "device", "peak memory", "step time", "recompute"]))
+    return 0
+
+
+def cmd_import(args) -> int:
+    from .formats import save_graph
+    from .formats.importers import import_graph
+
+    g = import_graph(args.file, fmt=args.from_format)
+    save_graph(g, args.output)
+    if args.json:
+        _emit(args, {"output": args.output, "graph": g.name, "nodes": len(g.nodes), "edges": g.num_edges})
+    else:
+        print(f"wrote {args.output}: graph {g.name!r}, {len(g.nodes)} nodes, {g.num_edges} edges")
+    return 0
+
+
+def cmd_simulate(args) -> int:
+    from .formats import load_schedule
+    from .schedule import Compute
+    from .simulate import simulate
+    from .summary import sim_summary
+
+    g = _load_graph(args.graph)
+    sched = load_schedule(args.schedule)
+    cl = _cluster(args)
+    _check_budget(g, cl, {x.device for x in sched.instructions if type(x) is Compute})
+    r = simulate(g, cl, sched)
+    s = sim_summary(r, cl)
+    if args.json:
+        _emit(args, s)
+    else:
+        print(f"schedule {args.schedule}: {len(sched.instructions)} instructions, "
+              + ("valid" if r.valid else "INVALID"))
+        if not r.valid:
+            print(f"  {s['violation']['message']}")
+        _print_sim(s)
+    return 0 if r.valid else 1
+
+
+def _progress_printer(quiet: bool):
+    last = [0.0]
+
+    def show(p: dict) -> None:
+        now = time.monotonic()
+        if quiet or now - last[0] < 1.0:
+            return
+        last[0] = now
+        inc, bound, gap = p.get("incumbent"), p.get("bound"), p.get("gap")
+        print(f"  {p.get('elapsed', 0):7.1f} s  incumbent {format_time(inc) if inc is not None else '-':>10}  "
+              f"bound {format_time(bound) if bound is not None else '-':>10}  "
+              f"gap {f'{100 * gap:.2f}%' if gap is not None else '-':>8}", file=sys.stderr, flush=True)
+    return show
+
+
+def cmd_solve(args) -> int:
+    from .formats import save_schedule
+    from .simulate import simulate
+    from .solvers import SolveOptions, get_solver, solve
+    from .solvers.sequential import pick_device
+    from .summary import sim_summary
+
+    g = _load_graph(args.graph)
+    cl = _cluster(args)
+    solver = get_solver(args.solver)
+    opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=args.gap, threads=args.threads,
+                        device=args.device, devices=args.devices, swap=not args.no_swap,
+                        recompute=not args.no_recompute, write_model=args.write_model,
+                        progress=_progress_printer(args.json or not sys.stderr.isatty()))
+    if args.devices is not None and args.devices < 1:
+        raise OptschedError("--devices must be at least 1")
+    if args.solver in ("keep-everything", "chen-sqrt") or args.device:
+        _check_budget(g, cl, {pick_device(g, cl, args.device).name})
+    else:
+        _check_budget(g, cl, {max(cl.devices, key=lambda d: d.memory).name})
+    sched = solver(g, cl, opts)
+    r = simulate(g, cl, sched)
+    s = sim_summary(r, cl)
+    base_cl = _unbounded(g)
+    base = simulate(g, base_cl, solve(g, base_cl, "keep-everything")).makespan if "cuda" in g.arrays.cost else None
+    rep = sched.report
+    s["solver"] = {"name": args.solver, "status": rep.status if rep else None,
+                   "objective_s": rep.objective if rep else None, "bound_s": rep.bound if rep else None,
+                   "gap": rep.gap if rep else None, "solve_time_s": rep.solve_time if rep else None,
+                   "message": rep.message if rep else ""}
+    s["keep_everything_step_time_s"] = base
+    s["overhead"] = None if not base else s["step_time_s"] / base - 1
+    if not r.valid:
+        msg = s["violation"]["message"]
+        if args.json:
+            _emit(args, s)
+        print(f"optsched: {args.solver} found no schedule that fits: {msg}; nothing written"
+              + ("" if args.solver == "milp" else " (try --solver chen-sqrt or milp, or a larger --mem)"),
+              file=sys.stderr)
+        return 1
+    if args.output:
+        save_schedule(replace(sched, graph=g.name), args.output)
+    if args.json:
+        s["output"] = args.output
+        _emit(args, s)
+        return 0
+    print(f"graph {g.name!r} on " + ", ".join(f"{d.name} ({format_size(d.memory)})" for d in cl.devices))
+    sv = s["solver"]
+    line = f"solver {args.solver}: {sv['status']}, {format_time(sv['solve_time_s'] or 0)}"
+    if sv["bound_s"] is not None:
+        line += f", objective {format_time(sv['objective_s'])}, bound {format_time(sv['bound_s'])}"
+    if sv["gap"] is not None:
+        line += f", gap {100 * sv['gap']:.2f}%"
+    print(line)
+    _print_sim(s, base)
+    if args.output:
+        print(f"wrote {args.output} ({len(sched.instructions)} instructions)")
+    return 0
+
+
+def cmd_examples(args) -> int:
+    from .formats.importers import example_graph_path
+
+    try:
+        example_graph_path("")
+    except OptschedError as e:
+        print(e.hint or e.message)
+    return 0
+
+
+# --- parser ------------------------------------------------------------------------------------
+
+def _add_cluster_args(p) -> None:
+    p.add_argument("--mem", help="budget of the accelerator, e.g. 16GB, 16GiB, 512MB, 1.5e9 (plus the host)")
+    p.add_argument("--cluster", help="a cluster.json describing devices and links instead of --mem")
+    p.add_argument("--gpus", type=int, default=1, help="with --mem: number of accelerators (default 1)")
+    p.add_argument("--host-mem", default="256GB", help="with --mem: host RAM usable as swap (default 256GB)")
+    p.add_argument("--bandwidth", default="16GB/s", help="with --mem: host link bandwidth (default 16GB/s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .solvers import SOLVERS
+
+    ap = argparse.ArgumentParser(prog="optsched", description="Optimal memory-constrained scheduling of one "
+                                 "training step. GRAPH is a graph file in any supported format, or example:NAME.")
+    ap.add_argument("--version", action="version", version="optsched 0.1.0")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check a graph file")
+    p.add_argument("graph")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_validate)
+
+    p = sub.add_parser("info", help="summarise a graph: sizes, compute, baseline memory, lower bound")
+    p.add_argument("graph")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_info)
+
+    p = sub.add_parser("import", help="convert another tool's graph file to optsched-graph JSON")
+    p.add_argument("file")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--from", dest="from_format", choices=["optsched", "msr", "checkmate"],
+                   help="the input format (default: detected)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_import)
+
+    p = sub.add_parser("simulate", help="check a schedule and compute its time and memory")
+    p.add_argument("graph")
+    p.add_argument("schedule")
+    _add_cluster_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_simulate)
+
+    p = sub.add_parser("solve", help="find a schedule that fits the budget")
+    p.add_argument("graph")
+    _add_cluster_args(p)
+    p.add_argument("--solver", default="milp" if "milp" in SOLVERS else "chen-sqrt",
+                   help="one of " + ", ".join(SOLVERS) + (", pulp:NAME" if "pulp" in SOLVERS else ""))
+    p.add_argument("-o", "--output", help="write the schedule here")
+    p.add_argument("--time-limit", default="60", help="solver time limit (default 60s)")
+    p.add_argument("--gap", type=float, default=0.01, help="relative optimality gap to stop at (default 0.01)")
+    p.add_argument("--threads", type=int, help="solver threads")
+    p.add_argument("--device", help="single-device solvers: the device to use")
+    p.add_argument("--devices", type=int, help="use at most this many accelerators")
+    p.add_argument("--no-swap", action="store_true", help="never copy tensors to the host and back")
+    p.add_argument("--no-recompute", action="store_true", help="never recompute an operation")
+    p.add_argument("--write-model", help="MILP: also write the model as .mps or .lp")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_solve)
+
+    p = sub.add_parser("examples", help="list the example graphs shipped with optsched")
+    p.set_defaults(fn=cmd_examples)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except OptschedError as e:
+        print(f"optsched: error: {e.render()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("optsched: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
