@@ -1,0 +1,158 @@
+"""The command line: every command works on a real graph, and every user
+mistake ends with one message naming the problem and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from optsched.cli import main
+from optsched.formats import graph_to_dict, load_schedule, save_graph
+from optsched.generate import chain_graph
+
+
+@pytest.fixture
+def graph_file(tmp_path):
+    path = tmp_path / "chain.json"
+    save_graph(chain_graph(16), path)
+    return path
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_text(data if isinstance(data, str) else json.dumps(data))
+    return p
+
+
+def test_validate_and_info(capsys, graph_file):
+    code, out, _ = run(capsys, "validate", graph_file)
+    assert code == 0 and "34 nodes" in out
+    code, out, _ = run(capsys, "info", graph_file, "--json")
+    info = json.loads(out)
+    assert code == 0
+    assert info["nodes"] == 34 and info["kinds"]["forward"] == 16 and info["kinds"]["backward"] == 16
+    # 16 activations of 1 MB, the input and the 4-byte loss live at once before backward starts
+    assert info["baselines"]["keep-everything"]["peak_bytes"] == 17_000_004
+    assert info["baselines"]["chen-sqrt"]["peak_bytes"] < info["baselines"]["keep-everything"]["peak_bytes"]
+    assert info["memory_lower_bound"] == 3_000_000
+    code, out, _ = run(capsys, "info", graph_file)
+    assert code == 0 and "keep-everything" in out and "lower bound" in out
+
+
+def test_solve_then_simulate(capsys, graph_file, tmp_path):
+    out_file = tmp_path / "s.json"
+    code, out, err = run(capsys, "solve", graph_file, "--mem", "10MB", "--solver", "chen-sqrt", "-o", out_file)
+    assert code == 0, err
+    assert "step time" in out and "gpu0" in out
+    sched = load_schedule(out_file)
+    assert sched.report.solver == "chen-sqrt"
+    code, out, _ = run(capsys, "simulate", graph_file, out_file, "--mem", "10MB", "--json")
+    s = json.loads(out)
+    assert code == 0 and s["valid"] and s["recomputed_ops"] > 0
+    assert s["devices"][0]["peak_bytes"] <= 10_000_000
+
+
+def test_solve_that_does_not_fit_writes_nothing(capsys, graph_file, tmp_path):
+    out_file = tmp_path / "s.json"
+    code, _, err = run(capsys, "solve", graph_file, "--mem", "5MB", "--solver", "keep-everything", "-o", out_file)
+    assert code == 1
+    assert "over its budget" in err and "nothing written" in err
+    assert not out_file.exists()
+
+
+def test_simulate_reports_over_budget(capsys, graph_file, tmp_path):
+    out_file = tmp_path / "s.json"
+    assert run(capsys, "solve", graph_file, "--mem", "1GB", "--solver", "keep-everything", "-o", out_file)[0] == 0
+    code, out, _ = run(capsys, "simulate", graph_file, out_file, "--mem", "10MB")
+    assert code == 1 and "INVALID" in out and "over its budget" in out
+
+
+def test_import_round_trip(capsys, graph_file, tmp_path):
+    out_file = tmp_path / "copy.json"
+    code, out, _ = run(capsys, "import", graph_file, "-o", out_file)
+    assert code == 0 and json.loads(out_file.read_text()) == graph_to_dict(chain_graph(16))
+
+
+def _bad_graphs():
+    g = graph_to_dict(chain_graph(3))
+    cyc = json.loads(json.dumps(g))
+    cyc["nodes"][1]["inputs"] = ["f2"]
+    dangling = json.loads(json.dumps(g))
+    dangling["nodes"][2]["inputs"] = ["nowhere"]
+    neg = json.loads(json.dumps(g))
+    neg["nodes"][2]["bytes"] = -5
+    dup = json.loads(json.dumps(g))
+    dup["nodes"][3]["id"] = "f0"
+    return {
+        "bad JSON": ("{not json", ["not valid JSON", "line 1"]),
+        "cycle": (cyc, ["cycle", "inputs"]),
+        "dangling input": (dangling, ["'nowhere'", "node 'f1'", "inputs"]),
+        "negative size": (neg, ["node 'f1'", "bytes", "-5"]),
+        "NaN size": (json.dumps(g).replace('"bytes": 1000000', '"bytes": NaN', 1), ["bytes", "nan"]),
+        "duplicate ids": (dup, ["duplicate", "'f0'"]),
+        "wrong format": ({"format": "something"}, ["format", "optsched import"]),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_graphs()))
+def test_bad_graph_files(capsys, tmp_path, case):
+    data, needles = _bad_graphs()[case]
+    path = write(tmp_path, "g.json", data)
+    code, out, err = run(capsys, "validate", path)
+    assert code == 2, (out, err)
+    assert str(path) in err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    assert "Traceback" not in err
+
+
+def test_missing_file(capsys, tmp_path):
+    code, _, err = run(capsys, "info", tmp_path / "nope.json")
+    assert code == 2 and "no such file" in err and "nope.json" in err
+
+
+def test_budget_below_lower_bound(capsys, graph_file):
+    code, _, err = run(capsys, "solve", graph_file, "--mem", "1MB", "--solver", "chen-sqrt")
+    assert code == 2 and "lower bound" in err and "3.00 MB" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--mem", "lots"], "cannot read --mem 'lots'"),
+    (["--mem", "-3GB"], "--mem"),
+    ([], "no memory budget"),
+    (["--mem", "1GB", "--device", "gpu7"], "unknown device 'gpu7'"),
+    (["--mem", "1GB", "--solver", "magic"], "unknown solver 'magic'"),
+])
+def test_bad_solve_options(capsys, graph_file, argv, needle):
+    code, _, err = run(capsys, "solve", graph_file, *argv)
+    assert code == 2 and needle in err, err
+
+
+def test_schedule_for_another_cluster(capsys, graph_file, tmp_path):
+    sched = write(tmp_path, "s.json", {"format": "optsched-schedule", "version": 1,
+                                       "instructions": [["compute", "x", "gpu3"]]})
+    code, _, err = run(capsys, "simulate", graph_file, sched, "--mem", "1GB")
+    assert code == 2 and "unknown device 'gpu3'" in err and "s.json" in err
+
+
+def test_bad_cluster_file(capsys, graph_file, tmp_path):
+    cl = write(tmp_path, "c.json", {"format": "optsched-cluster", "version": 1,
+                                    "devices": [{"name": "gpu0", "kind": "tpu", "memory": "16GB"}]})
+    code, _, err = run(capsys, "solve", graph_file, "--cluster", cl, "--solver", "chen-sqrt")
+    assert code == 2 and "c.json" in err and "'tpu'" in err
+
+
+def test_console_script_has_no_traceback(tmp_path):
+    bad = write(tmp_path, "bad.json", "[1, 2")
+    proc = subprocess.run([sys.executable, "-m", "optsched.cli", "info", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "bad.json" in proc.stderr
