@@ -22,3 +22,4 @@ from .jsonio import (
 __all__ = ["load_cluster", "load_graph", "load_schedule", "read_json", "save_cluster", "save_graph",
            "save_schedule", "write_json", "graph_to_dict", "graph_from_dict", "cluster_to_dict",
            "cluster_from_dict", "schedule_to_dict", "schedule_from_dict", "schema"]
+from .importers import detect_format, example_graph_path, example_names, import_graph  # noqa: F401, E402
