@@ -451,3 +451,12 @@ def test_public_names_exported():
     for name in ("import_graph", "detect_format", "example_graph_path", "example_names"):
         assert hasattr(f, name)
 
+
+
+def test_examples_found_from_any_working_directory(tmp_path):
+    import subprocess
+    import sys
+
+    code = "from optsched.formats.importers import example_graph_path; print(example_graph_path('tiny'))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert Path(out.stdout.strip()) == example_graph_path("tiny")

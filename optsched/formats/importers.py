@@ -75,7 +75,6 @@ import math
 import os
 import statistics
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
 from ..errors import FormatError, GraphError, OptschedError
@@ -392,13 +391,15 @@ def example_graph_path(name: str) -> Path:
     names = example_names()
     if stem not in names:
         raise OptschedError(f"no example graph named {name!r}", hint="available: " + ", ".join(names))
-    return Path(str(_examples_dir() / f"{stem}.json"))
+    return _examples_dir() / f"{stem}.json"
 
 
 # --- helpers ----------------------------------------------------------------------------------
 
-def _examples_dir():
-    return resources.files("optsched").joinpath("examples")
+def _examples_dir() -> Path:
+    # The folder beside this package, not importlib.resources: an editable
+    # install can make `optsched` a namespace package, which resources rejects.
+    return Path(__file__).resolve().parent.parent / "examples"
 
 
 def _read(p: Path):
