@@ -9,10 +9,13 @@ its time and memory under the stream semantics of DESIGN.md.
   starts; `free v @ d` releases v once every earlier reader of v on d is done.
 - Residency is checked in list order: an input must have been computed or
   copied onto the device by an earlier instruction and not freed since.
+- A `free` after a `sync` releases no earlier than the barrier.
 - Memory events at the same instant are ordered: releases of earlier
-  allocations, then allocations in list order, then releases of allocations
-  made at that very instant (zero-length operations). So a step that ends at t
-  makes room for one that starts at t, and a zero-length one still counts.
+  allocations, then allocations in list order; a release of an allocation made
+  at that very instant, or of a value read by a zero-length operation at that
+  instant, comes right after the instruction that causes it (in list order).
+  So a step that ends at t makes room for one that starts at t, and a
+  zero-length one still counts, inputs included.
 
 Structural faults (unknown names, a missing input, use after free) stop the
 check at the faulty instruction; an over-budget device or a missing required
@@ -104,6 +107,7 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
     ready: dict[int, float] = {}        # key node*nd+dev -> time the copy there is complete
     last_read: dict[int, float] = {}    # key -> latest end of a reader so far
     alloc_at: dict[int, float] = {}     # key -> time its allocation happened
+    zero_read: dict[int, float] = {}    # key -> time a zero-length operation read it
     comp_free = [0.0] * nd
     link_free = [0.0] * len(cluster.links)
     busy = [0.0] * nd
@@ -128,7 +132,7 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
         ev_dev.append(d)
         ev_time.append(t)
         ev_delta.append(-delta)
-        ev_prio.append(2 if alloc_at.get(key, -1.0) >= t else 0)
+        ev_prio.append(2 if alloc_at.get(key, -1.0) >= t or zero_read.pop(key, -1.0) == t else 0)
         ev_ins.append(i)
 
     for i, x in enumerate(ins):
@@ -168,6 +172,9 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
                 k = in_idx[j] * nd + d
                 if last_read[k] < e:
                     last_read[k] = e
+            if dur == 0:
+                for j in range(in_ptr[v], in_ptr[v + 1]):
+                    zero_read[in_idx[j] * nd + d] = e
             ev_dev.append(d)
             ev_time.append(s)
             ev_delta.append(nbytes[v] + ws[v])
@@ -213,6 +220,8 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
             e = s + dur
             if last_read[ks] < e:
                 last_read[ks] = e
+            if dur == 0:
+                zero_read[ks] = e
             ev_dev.append(dd)
             ev_time.append(s)
             ev_delta.append(nbytes[v])
@@ -241,6 +250,8 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
                 return fault("not-resident", f"free of {x.node!r} on {x.device!r}, where it is not resident", i,
                              x.node, x.device)
             tf = last_read.pop(key)
+            if tf < barrier:
+                tf = barrier
             release(d, tf, nbytes[v], i, key)
             del ready[key]
             del alloc_at[key]
@@ -262,7 +273,8 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
     time_arr = np.array(ev_time, dtype=np.float64)
     delta_arr = np.array(ev_delta, dtype=np.int64)
     ins_arr = np.array(ev_ins, dtype=np.int64)
-    order = np.lexsort((ins_arr, np.array(ev_prio, dtype=np.int8), time_arr, dev_arr))
+    prio = np.array(ev_prio, dtype=np.int8)    # 0 early release, 1 allocation, 2 release in list order
+    order = np.lexsort((prio == 2, ins_arr, np.minimum(prio, 1), time_arr, dev_arr))
     dev_arr, time_arr, delta_arr, ins_arr = dev_arr[order], time_arr[order], delta_arr[order], ins_arr[order]
     level = np.cumsum(delta_arr)
     bounds = np.searchsorted(dev_arr, np.arange(nd + 1))
