@@ -5,7 +5,8 @@
 - chen-sqrt: Chen et al. (2016) sqrt(n) checkpointing: of the forward nodes
   (topological order) keep every ceil(n/k)-th with k = round(sqrt(n)) segments;
   the rest are dropped after the forward pass and recomputed, from the nearest
-  kept ancestors, when the backward pass first needs them.
+  kept ancestors, when the backward pass first needs them. A node that reads
+  a backward node (directly or not) belongs to the backward pass, whatever its kind.
 """
 
 from __future__ import annotations
@@ -41,15 +42,19 @@ def chen_sqrt(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
     if not any(kind[v] in _BACKWARD for v in topo):
         raise OptschedError("chen-sqrt needs a graph whose nodes are tagged forward and backward; this one has no "
                             "backward node", hint="use keep-everything, or tag the nodes' kind")
-    forward = [v for v in topo if kind[v] == _FORWARD and a.recomputable[v]]
+    in_ptr, in_idx = a.in_ptr.tolist(), a.in_idx.tolist()
+    late = [t in _BACKWARD for t in kind]   # backward phase: backward nodes and whatever reads them
+    for v in topo:
+        if not late[v] and any(late[in_idx[j]] for j in range(in_ptr[v], in_ptr[v + 1])):
+            late[v] = True
+    forward = [v for v in topo if kind[v] == _FORWARD and a.recomputable[v] and not late[v]]
     k = int(options.params.get("segments", max(1, round(math.sqrt(len(forward))))))
     if k < 1:
         raise OptschedError("chen-sqrt: segments must be at least 1")
     step = max(1, math.ceil(len(forward) / k)) if forward else 1
     dropped = set(forward) - set(forward[step - 1::step])
 
-    in_ptr, in_idx = a.in_ptr.tolist(), a.in_idx.tolist()
-    computes = [v for v in topo if kind[v] not in _BACKWARD]
+    computes = [v for v in topo if not late[v]]
     resident = set(range(len(topo))) - dropped
 
     def ensure(root: int) -> None:
@@ -69,7 +74,7 @@ def chen_sqrt(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
                     stack.append((in_idx[j], False))
 
     for v in topo:
-        if kind[v] in _BACKWARD:
+        if late[v]:
             for j in range(in_ptr[v], in_ptr[v + 1]):
                 ensure(in_idx[j])
             computes.append(v)
