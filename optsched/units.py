@@ -19,6 +19,13 @@ _TIME_SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1
 
 def parse_size(value: str | int | float, what: str = "size") -> int:
     """Bytes from a number or a string such as '16GB', '16GiB', '512MB', '1.5e9'."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return int(value)   # exact, also beyond 2**53 where a float would round
+    return int(round(_amount(value, what)))
+
+
+def _amount(value: str | int | float, what: str) -> float:
+    """Bytes as a float, unrounded: sizes round it, bandwidths must not."""
     if isinstance(value, bool):
         raise OptschedError(f"{what} must be a number of bytes, not {value!r}")
     if isinstance(value, (int, float)):
@@ -35,7 +42,7 @@ def parse_size(value: str | int | float, what: str = "size") -> int:
         number = float(m.group(1)) * base ** _POW[prefix]
     if not math.isfinite(number) or number < 0:
         raise OptschedError(f"{what} must be a finite, non-negative number of bytes, not {value!r}")
-    return int(round(number))
+    return number
 
 
 def parse_bandwidth(value: str | int | float, what: str = "bandwidth") -> float:
@@ -45,7 +52,7 @@ def parse_bandwidth(value: str | int | float, what: str = "bandwidth") -> float:
         text = value.strip()
         if text.endswith("/s"):
             text = text[:-2]
-    bw = float(parse_size(text, what))
+    bw = _amount(text, what)
     if bw <= 0:
         raise OptschedError(f"{what} must be positive, not {value!r}")
     return bw
