@@ -150,7 +150,7 @@ def cmd_import(args) -> int:
 def cmd_simulate(args) -> int:
     from .formats import load_schedule
     from .schedule import Compute
-    from .simulate import simulate
+    from .simulate import describe, simulate
     from .summary import sim_summary
 
     g = _load_graph(args.graph)
@@ -158,6 +158,10 @@ def cmd_simulate(args) -> int:
     cl = _cluster(args)
     _check_budget(g, cl, {x.device for x in sched.instructions if type(x) is Compute})
     r = simulate(g, cl, sched)
+    if r.violation is not None and r.violation.code in ("unknown-node", "unknown-device", "no-link"):
+        hint = "was the schedule made for this graph and cluster?"
+        raise OptschedError(describe(r.violation), file=args.schedule, node=r.violation.node,
+                            field="instructions", hint=hint)
     s = sim_summary(r, cl)
     if args.json:
         _emit(args, s)

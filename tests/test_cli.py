@@ -127,7 +127,7 @@ def test_budget_below_lower_bound(capsys, graph_file):
 
 @pytest.mark.parametrize("argv, needle", [
     (["--mem", "lots"], "cannot read --mem 'lots'"),
-    (["--mem", "-3GB"], "--mem"),
+    (["--mem=-3GB"], "cannot read --mem '-3GB'"),
     ([], "no memory budget"),
     (["--mem", "1GB", "--device", "gpu7"], "unknown device 'gpu7'"),
     (["--mem", "1GB", "--solver", "magic"], "unknown solver 'magic'"),

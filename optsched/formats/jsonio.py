@@ -55,6 +55,9 @@ def write_json(path: str | os.PathLike, data: object) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, separators=(",", ":") if _large(data) else None, indent=None if _large(data) else 1)
             f.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes it private; a saved file is an ordinary one
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):
