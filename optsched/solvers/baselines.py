@@ -23,6 +23,7 @@ from .sequential import pick_device, sequential_instructions
 
 _FORWARD = KINDS.index("forward")
 _BACKWARD = (KINDS.index("backward"), KINDS.index("optimizer"))
+_SOURCES = (KINDS.index("param"), KINDS.index("input"))
 
 
 def keep_everything(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
@@ -54,8 +55,12 @@ def chen_sqrt(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
     step = max(1, math.ceil(len(forward) / k)) if forward else 1
     dropped = set(forward) - set(forward[step - 1::step])
 
-    computes = [v for v in topo if not late[v]]
-    resident = set(range(len(topo))) - dropped
+    # parameters and inputs that only the backward pass reads are loaded when it first needs them
+    out_ptr, out_idx = a.out_ptr.tolist(), a.out_idx.tolist()
+    deferred = {v for v in topo if kind[v] in _SOURCES and out_ptr[v] < out_ptr[v + 1]
+                and all(late[c] for c in out_idx[out_ptr[v]:out_ptr[v + 1]])}
+    computes = [v for v in topo if not late[v] and v not in deferred]
+    resident = set(computes) - dropped
 
     def ensure(root: int) -> None:
         """Recompute `root` after its missing ancestors, depth first, iteratively."""
@@ -78,6 +83,7 @@ def chen_sqrt(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
             for j in range(in_ptr[v], in_ptr[v + 1]):
                 ensure(in_idx[j])
             computes.append(v)
+            resident.add(v)
     ins = sequential_instructions(graph, dev.name, computes)
     return Schedule(tuple(ins), SolveReport("chen-sqrt", "heuristic", solve_time=time.perf_counter() - t0,
                                             extra={"segments": k, "checkpoints": len(forward) - len(dropped)}),
