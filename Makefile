@@ -19,9 +19,9 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/optsched info example:gnmt
-	$(VENV)/bin/optsched solve example:gnmt --mem 4GB --solver chen-sqrt -o gnmt-schedule.json
-	$(VENV)/bin/optsched simulate example:gnmt gnmt-schedule.json --mem 4GB
+	$(VENV)/bin/optsched info example:bert_l3
+	$(VENV)/bin/optsched solve example:bert_l3 --mem 1GB --solver chen-sqrt -o schedule.json
+	$(VENV)/bin/optsched simulate example:bert_l3 schedule.json --mem 1GB
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis gnmt-schedule.json
+	rm -rf $(VENV) .pytest_cache .hypothesis schedule.json
