@@ -8,12 +8,19 @@ from ..cluster import Cluster
 from ..errors import OptschedError
 from ..graph import Graph
 from ..schedule import Schedule
-from .baselines import chen_sqrt, keep_everything
+from .baselines import articulation, chen_greedy, chen_sqrt, keep_everything
+from .heuristics import dtr, heuristic, metf, offload_all
 from .options import SolveOptions
 
 SOLVERS = {
     "keep-everything": keep_everything,
     "chen-sqrt": chen_sqrt,
+    "chen-greedy": chen_greedy,
+    "articulation": articulation,
+    "offload-all": offload_all,
+    "dtr": dtr,
+    "heuristic": heuristic,
+    "metf": metf,
 }
 
 

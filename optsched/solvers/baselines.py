@@ -2,6 +2,10 @@
 
 - keep-everything: every node once, in topological order, each value freed
   after its last reader: what a framework needs without checkpointing.
+- chen-greedy: Chen's greedy segmenting by a memory budget per segment,
+  the budget searched for the fastest schedule that fits the device.
+- articulation: checkpoints restricted to articulation points of the
+  forward graph (Checkmate's AP baseline), same greedy search.
 - chen-sqrt: Chen et al. (2016) sqrt(n) checkpointing: of the forward nodes
   (topological order) keep every ceil(n/k)-th with k = round(sqrt(n)) segments;
   the rest are dropped after the forward pass and recomputed, from the nearest
@@ -14,10 +18,13 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
+
 from ..cluster import Cluster
-from ..errors import OptschedError
+from ..errors import InfeasibleError, OptschedError
 from ..graph import KINDS, Graph
 from ..schedule import Schedule, SolveReport
+from ..units import format_size
 from .options import SolveOptions
 from .sequential import pick_device, sequential_instructions
 
@@ -43,11 +50,7 @@ def chen_sqrt(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
     if not any(kind[v] in _BACKWARD for v in topo):
         raise OptschedError("chen-sqrt needs a graph whose nodes are tagged forward and backward; this one has no "
                             "backward node", hint="use keep-everything, or tag the nodes' kind")
-    in_ptr, in_idx = a.in_ptr.tolist(), a.in_idx.tolist()
-    late = [t in _BACKWARD for t in kind]   # backward phase: backward nodes and whatever reads them
-    for v in topo:
-        if not late[v] and any(late[in_idx[j]] for j in range(in_ptr[v], in_ptr[v + 1])):
-            late[v] = True
+    late = backward_phase(graph)
     forward = [v for v in topo if kind[v] == _FORWARD and a.recomputable[v] and not late[v]]
     k = int(options.params.get("segments", max(1, round(math.sqrt(len(forward))))))
     if k < 1:
@@ -55,7 +58,39 @@ def chen_sqrt(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
     step = max(1, math.ceil(len(forward) / k)) if forward else 1
     dropped = set(forward) - set(forward[step - 1::step])
 
-    # parameters and inputs that only the backward pass reads are loaded when it first needs them
+    computes = checkpoint_computes(graph, dropped, late)
+    ins = sequential_instructions(graph, dev.name, computes)
+    return Schedule(tuple(ins), SolveReport("chen-sqrt", "heuristic", solve_time=time.perf_counter() - t0,
+                                            extra={"segments": k, "checkpoints": len(forward) - len(dropped)}),
+                    graph=graph.name)
+
+
+def backward_phase(graph: Graph) -> list[bool]:
+    """Per node: does it belong to the backward pass (a backward or optimizer
+    node, or anything that reads one, directly or not)?"""
+    a = graph.arrays
+    kind = a.kind.tolist()
+    in_ptr, in_idx = a.in_ptr.tolist(), a.in_idx.tolist()
+    late = [t in _BACKWARD for t in kind]
+    for v in a.topo.tolist():
+        if not late[v] and any(late[in_idx[j]] for j in range(in_ptr[v], in_ptr[v + 1])):
+            late[v] = True
+    return late
+
+
+def checkpoint_computes(graph: Graph, dropped, late: list[bool] | None = None) -> list[int]:
+    """One-device computation order when the forward nodes in `dropped` are
+    discarded after the forward pass: the forward pass in topological order,
+    then each backward node after recomputing, from the nearest kept
+    ancestors, whatever of its inputs was dropped. Parameters and inputs that
+    only the backward pass reads are loaded when it first needs them."""
+    a = graph.arrays
+    topo = a.topo.tolist()
+    kind = a.kind.tolist()
+    if late is None:
+        late = backward_phase(graph)
+    dropped = set(dropped)
+    in_ptr, in_idx = a.in_ptr.tolist(), a.in_idx.tolist()
     out_ptr, out_idx = a.out_ptr.tolist(), a.out_idx.tolist()
     deferred = {v for v in topo if kind[v] in _SOURCES and out_ptr[v] < out_ptr[v + 1]
                 and all(late[c] for c in out_idx[out_ptr[v]:out_ptr[v + 1]])}
@@ -84,7 +119,111 @@ def chen_sqrt(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
                 ensure(in_idx[j])
             computes.append(v)
             resident.add(v)
-    ins = sequential_instructions(graph, dev.name, computes)
-    return Schedule(tuple(ins), SolveReport("chen-sqrt", "heuristic", solve_time=time.perf_counter() - t0,
-                                            extra={"segments": k, "checkpoints": len(forward) - len(dropped)}),
+    return computes
+
+
+def _need_backward(graph: Graph, name: str) -> None:
+    if not any(int(k) in _BACKWARD for k in graph.arrays.kind.tolist()):
+        raise OptschedError(f"{name} needs a graph whose nodes are tagged forward and backward; this one has no "
+                            "backward node", hint="use keep-everything, or tag the nodes' kind")
+
+
+def _forward_candidates(graph: Graph, late: list[bool]) -> list[int]:
+    a = graph.arrays
+    kind = a.kind.tolist()
+    rec = a.recomputable.tolist()
+    return [v for v in a.topo.tolist() if kind[v] == _FORWARD and rec[v] and not late[v]]
+
+
+def _greedy_segments(graph: Graph, forward: list[int], candidates, budget: float) -> set[int]:
+    """Chen et al. (2016), greedy: walk the forward nodes accumulating output
+    bytes; when the running total passes `budget` at a candidate, keep that
+    node as a checkpoint and restart the count. Returns the dropped nodes."""
+    nb = graph.arrays.bytes.tolist()
+    cand = set(candidates)
+    kept, temp = set(), 0
+    for v in forward:
+        temp += nb[v]
+        if temp > budget and v in cand:
+            kept.add(v)
+            temp = 0
+    return set(forward) - kept
+
+
+def _best_fitting(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, candidates, t0: float,
+                  extra=None) -> Schedule:
+    """Try Chen's greedy segmenting over a grid of segment budgets; keep the
+    fastest schedule whose simulated peak fits the device."""
+    from ..simulate import simulate
+
+    dev = pick_device(graph, cluster, options.device)
+    late = backward_phase(graph)
+    forward = _forward_candidates(graph, late)
+    if candidates is None:
+        candidates = forward
+    nb = graph.arrays.bytes
+    fwd_bytes = nb[forward] if forward else np.zeros(1, dtype=np.int64)
+    total = max(1, int(fwd_bytes.sum()))
+    lo = max(1, int(fwd_bytes.min()))
+    grid = sorted({0.0, *np.geomspace(lo, total, int(options.params.get("grid", 16))).tolist(), float(total)})
+    if "budget" in options.params:
+        grid = [float(options.params["budget"])]
+    best, best_peak, tried = None, None, set()
+    for b in grid:
+        dropped = frozenset(_greedy_segments(graph, forward, candidates, b))
+        if dropped in tried:
+            continue
+        tried.add(dropped)
+        computes = checkpoint_computes(graph, dropped, late)
+        sched = Schedule(tuple(sequential_instructions(graph, dev.name, computes)), graph=graph.name)
+        r = simulate(graph, cluster, sched)
+        pk = r.peak[dev.name]
+        if best_peak is None or pk < best_peak:
+            best_peak = pk
+        if r.valid and (best is None or (r.makespan, pk) < best[0]):
+            best = ((r.makespan, pk), sched, b, len(dropped), r)
+    if best is None:
+        raise InfeasibleError(f"{name}: the smallest peak found is {format_size(best_peak)}, over the budget of "
+                              f"{format_size(dev.memory)} on {dev.name}",
+                              hint="raise the budget, or use a solver that swaps (offload-all, heuristic)")
+    _, sched, b, ndrop, r = best
+    ex = dict(extra or {})
+    ex.update(segment_budget=b, checkpoints=len(forward) - ndrop, peak=r.peak)
+    return Schedule(sched.instructions, SolveReport(name, "heuristic", objective=r.makespan,
+                                                    solve_time=time.perf_counter() - t0, extra=ex),
                     graph=graph.name)
+
+
+def chen_greedy(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
+    """Chen et al. (2016) greedy checkpointing; the per-segment budget is
+    searched for the fastest schedule that fits the device (params["budget"]
+    fixes it)."""
+    t0 = time.perf_counter()
+    _need_backward(graph, "chen-greedy")
+    return _best_fitting(graph, cluster, "chen-greedy", options, None, t0)
+
+
+def articulation_points(graph: Graph) -> list[int]:
+    """Articulation points of the forward graph (undirected), topological order."""
+    import networkx as nx
+
+    a = graph.arrays
+    fwd = set(np.flatnonzero(a.kind == _FORWARD).tolist())
+    g = nx.Graph()
+    g.add_nodes_from(fwd)
+    owner = np.repeat(np.arange(len(a.ids)), np.diff(a.out_ptr))
+    for u, v in zip(owner.tolist(), a.out_idx.tolist()):
+        if u in fwd and v in fwd:
+            g.add_edge(u, v)
+    aps = set(nx.articulation_points(g))
+    return [v for v in a.topo.tolist() if v in aps]
+
+
+def articulation(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
+    """Checkpoint articulation points of the forward graph (Checkmate's AP
+    baseline): only cut vertices may be kept, chosen by Chen's greedy
+    segmenting; keeping all of them is one of the candidates."""
+    t0 = time.perf_counter()
+    _need_backward(graph, "articulation")
+    aps = articulation_points(graph)
+    return _best_fitting(graph, cluster, "articulation", options, aps, t0, extra={"articulation_points": len(aps)})

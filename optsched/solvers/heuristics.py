@@ -1,0 +1,154 @@
+"""Fast heuristic solvers, each `solver(graph, cluster, options) -> Schedule`.
+
+- heuristic:   ParDNN placement on the accelerators + list schedule + the
+               Capuchin-style memory planner (swap when it hides, else
+               recompute by seconds per byte freed); on small graphs it also
+               plans everything on one accelerator and keeps the faster.
+- metf:        Baechi m-ETF placement + the same planner.
+- offload-all: vDNN on one accelerator: every forward activation is copied to
+               the host after its last forward use and prefetched back one
+               computation before its backward use.
+- dtr:         DTR on one accelerator: evict the tensor with the least
+               cost/(bytes * staleness), recompute on demand.
+
+Every schedule is checked in the simulator before it is returned (unless
+`params["verify"]` is false); the planner's memory model is conservative, and
+should the simulator still find an overflow the plan is redone with a smaller
+effective budget. When nothing fits, `InfeasibleError` says so.
+
+Knobs in `options.params`: verify (bool), compare_single (bool), policy
+("capuchin" | "dtr"), memory_rounds (int, ParDNN memory pass).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..cluster import Cluster
+from ..errors import InfeasibleError
+from ..graph import KINDS, Graph
+from ..schedule import Schedule, SolveReport
+from ..simulate import simulate
+from .memplan import find_host, plan
+from .options import SolveOptions
+from .partition import metf as metf_place
+from .partition import pardnn, placement_devices
+from .sequential import pick_device
+
+_FORWARD = KINDS.index("forward")
+
+
+def _verify_default(graph: Graph) -> bool:
+    return True
+
+
+def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, build, t0: float,
+             extra=None) -> Schedule:
+    """Run `build(budget_scale)`; check in the simulator; shrink and retry on overflow."""
+    verify = bool(options.params.get("verify", True))
+    last = None
+    for scale in (1.0, 0.95, 0.85, 0.7):
+        ins = build(scale)
+        sched = Schedule(tuple(ins), graph=graph.name)
+        if not verify:
+            return Schedule(sched.instructions, SolveReport(name, "heuristic", solve_time=time.perf_counter() - t0,
+                                                             extra=dict(extra or {})), graph=graph.name)
+        r = simulate(graph, cluster, sched)
+        if r.valid:
+            ex = dict(extra or {})
+            ex.update(peak=r.peak, recomputed=r.recomputed, transfer_bytes=r.transfer_bytes)
+            return Schedule(sched.instructions, SolveReport(name, "heuristic", objective=r.makespan,
+                                                            solve_time=time.perf_counter() - t0, extra=ex),
+                            graph=graph.name)
+        last = r.violation
+        if last.code != "over-budget":
+            raise RuntimeError(f"{name} produced an invalid schedule: {last.message}")
+    raise InfeasibleError(f"{name}: no schedule within the budget found ({last.message})")
+
+
+def _single_device_inputs(graph: Graph, cluster: Cluster, options: SolveOptions):
+    dev = pick_device(graph, cluster, options.device)
+    d = cluster.device_index[dev.name]
+    a = graph.arrays
+    order = a.topo
+    cost = a.cost[dev.kind] / dev.speed
+    est = np.zeros(len(a.ids))
+    c = cost[order]
+    est[order] = np.concatenate(([0.0], np.cumsum(c)[:-1]))
+    place = np.full(len(a.ids), d, dtype=np.int64)
+    return place, order, est
+
+
+def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
+    t0 = time.perf_counter()
+    p = options.params
+    policy = p.get("policy", "capuchin")
+    devs = placement_devices(graph, cluster, options.devices)
+    place, order, est = pardnn(graph, cluster, devs, memory_rounds=int(p.get("memory_rounds", 6)))
+    t_place = time.perf_counter() - t0
+
+    def build(scale):
+        return plan(graph, cluster, place, order, est, policy=policy, swap=options.swap,
+                    recompute=options.recompute, budget_scale=scale)
+
+    best, err = None, None
+    try:
+        best = _checked(graph, cluster, "heuristic", options, build, t0,
+                        extra={"devices": len(set(place.tolist())), "placement_time": t_place})
+    except InfeasibleError as e:
+        err = e
+    compare = p.get("compare_single", len(graph) <= 20000)
+    if len(devs) > 1 and compare and p.get("verify", True):
+        try:
+            splace, sorder, sest = _single_device_inputs(graph, cluster, options)
+            single = _checked(graph, cluster, "heuristic", options,
+                              lambda s: plan(graph, cluster, splace, sorder, sest, policy=policy, swap=options.swap,
+                                             recompute=options.recompute, budget_scale=s), t0,
+                              extra={"devices": 1, "placement_time": t_place})
+            if best is None or single.report.objective < best.report.objective:
+                best = single
+        except (InfeasibleError, Exception) as e:  # noqa: BLE001 - the multi-device plan may still stand
+            if best is None and isinstance(e, InfeasibleError) is False:
+                raise
+    if best is None:
+        raise err
+    r = best.report
+    return Schedule(best.instructions, SolveReport(r.solver, r.status, objective=r.objective,
+                                                   solve_time=time.perf_counter() - t0, extra=r.extra),
+                    graph=graph.name)
+
+
+def metf(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
+    t0 = time.perf_counter()
+    devs = placement_devices(graph, cluster, options.devices)
+    place, order, est = metf_place(graph, cluster, devs)
+    t_place = time.perf_counter() - t0
+    return _checked(graph, cluster, "metf", options,
+                    lambda s: plan(graph, cluster, place, order, est, policy=options.params.get("policy", "capuchin"),
+                                   swap=options.swap, recompute=options.recompute, budget_scale=s), t0,
+                    extra={"devices": len(set(place.tolist())), "placement_time": t_place})
+
+
+def offload_all(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
+    t0 = time.perf_counter()
+    place, order, est = _single_device_inputs(graph, cluster, options)
+    d = int(place[0]) if len(place) else 0
+    if find_host(cluster, [d]) is None:
+        raise InfeasibleError("offload-all needs a host (cpu device) linked both ways with the accelerator",
+                              hint="use a cluster from single_accelerator() or add the links")
+    a = graph.arrays
+    fwd = np.flatnonzero(a.kind == _FORWARD)
+    return _checked(graph, cluster, "offload-all", options,
+                    lambda s: plan(graph, cluster, place, order, est, policy="capuchin", swap=True, recompute=False,
+                                   offload=fwd, budget_scale=s, prefetch=False), t0,
+                    extra={"offloaded": int(fwd.size)})
+
+
+def dtr(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
+    t0 = time.perf_counter()
+    place, order, est = _single_device_inputs(graph, cluster, options)
+    return _checked(graph, cluster, "dtr", options,
+                    lambda s: plan(graph, cluster, place, order, est, policy="dtr",
+                                   swap=bool(options.params.get("swap", options.swap)), recompute=True, budget_scale=s), t0)

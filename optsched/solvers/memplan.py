@@ -1,0 +1,503 @@
+"""Memory planner: turn a placed, ordered graph into a valid schedule.
+
+Input: a device per node (`place`), a global program order of first
+computations (topological), and estimated start times. The planner walks the
+order and emits computes, cross-device copies (routed through the host when
+two devices share no link) and frees after the last use. When a device would
+overflow it evicts tensors:
+
+- policy "capuchin" (Capuchin / SwapAdvisor): swap to host when the transfer
+  hides behind the computation until the next use, else drop for
+  recomputation ranked by seconds of recompute per byte freed, else swap
+  anyway; a swapped tensor gets a prefetch placed early enough to hide it;
+- policy "dtr" (DTR): drop the tensor with the least cost/(bytes * staleness),
+  recompute on demand (no swapping unless a tensor cannot be recomputed).
+
+Forced offload (vDNN) swaps the listed tensors out after their last forward
+use and prefetches them one computation ahead of their next use.
+
+The memory model is conservative with respect to the simulator's stream
+timing (simulate.py), so what the planner accepts the simulator accepts:
+- a compute allocates at its list position (one compute stream per device);
+- a copy into d may start as early as the last `sync`, so it is counted from
+  the last sync on (`peak_since[d] + bytes <= budget`);
+- a free is immediate only when every reader of the tensor on d so far was a
+  compute on d that the next compute waits for; a tensor read by a copy (or
+  that arrived by a copy and was not read since) is released at the next
+  `sync`, which the planner inserts when the pending bytes are needed.
+Hot loops use Python lists of ints built from the CSR arrays of `graph.arrays`.
+"""
+
+from __future__ import annotations
+
+import random
+from bisect import bisect_left
+
+import numpy as np
+
+from ..cluster import Cluster
+from ..errors import InfeasibleError
+from ..graph import KINDS, Graph
+from ..schedule import Compute, Copy, Free, Instruction, Sync
+from ..units import format_size
+
+_BACKWARD = (KINDS.index("backward"), KINDS.index("optimizer"), KINDS.index("loss"))
+_SAMPLE = 48   # eviction candidates examined per eviction when many are resident
+
+
+def find_host(cluster: Cluster, accel: list[int]) -> int | None:
+    """The cpu device linked both ways with the most accelerators (swap space)."""
+    best, best_links = None, 0
+    names = [d.name for d in cluster.devices]
+    for h, dev in enumerate(cluster.devices):
+        if dev.kind != "cpu":
+            continue
+        k = sum(1 for d in accel if d != h and cluster.link(names[d], dev.name) and cluster.link(dev.name, names[d]))
+        if k > best_links or (k == best_links and best is None):
+            best, best_links = h, k
+    return best if best_links > 0 else None
+
+
+def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str = "capuchin", swap: bool = True,
+         recompute: bool = True, offload=None, budget_scale: float = 1.0, lookahead: float = 1.5,
+         prefetch: bool = True, seed: int = 0) -> list[Instruction]:
+    """Instructions for computing `order` (node positions) with node v on device
+    `place[v]`, within every device's budget. Raises InfeasibleError when it
+    cannot make room."""
+    a = graph.arrays
+    n = len(a.ids)
+    ids = a.ids
+    devs = cluster.devices
+    nd = len(devs)
+    names = [d.name for d in devs]
+    place = [int(x) for x in place]
+    order = [int(x) for x in order]
+    if len(order) != n:
+        raise ValueError("order must list every node once")
+    pos = [0] * n
+    for i, v in enumerate(order):
+        pos[v] = i
+    if est is None:
+        est_order = list(range(n))
+    else:
+        est = np.asarray(est, dtype=np.float64)
+        est_order = np.maximum.accumulate(est[order]).tolist()
+    in_ptr, in_idx = a.in_ptr.tolist(), a.in_idx.tolist()
+    out_ptr = a.out_ptr.tolist()
+    # consumers of each node sorted by program position
+    out_sorted = a.out_idx.copy()
+    if out_sorted.size:
+        owner = np.repeat(np.arange(n), np.diff(a.out_ptr))
+        posarr = np.asarray(pos)
+        o = np.lexsort((posarr[out_sorted], owner))
+        out_sorted = out_sorted[o]
+    cons = out_sorted.tolist()
+    cons_pos = [pos[c] for c in cons]
+    cons_dev = [place[c] for c in cons]
+    ptr = out_ptr[:-1].copy()          # first consumer not yet computed
+    nbytes, wsp = a.bytes.tolist(), a.workspace.tolist()
+    recomp = a.recomputable.tolist()
+    required = a.required.tolist()
+    kind = a.kind.tolist()
+    cdev = []
+    for dev in devs:
+        c = a.cost.get(dev.kind)
+        cdev.append(None if c is None else (c / dev.speed).tolist())
+    budget = [int(d.memory * budget_scale) for d in devs]
+    accel = [d for d in range(nd) if devs[d].kind == "cuda"]
+    host = find_host(cluster, accel or list(range(nd)))
+    link = {}
+    for lk in cluster.links:
+        link[(cluster.device_index[lk.src], cluster.device_index[lk.dst])] = lk
+    rng = random.Random(seed)
+
+    res = [bytearray(n) for _ in range(nd)]
+    dirty = [bytearray(n) for _ in range(nd)]   # 1: arrived by copy, unread; 2: read by a copy
+    dirty_keys: list[tuple[int, int]] = []
+    rlist: list[list[int]] = [[] for _ in range(nd)]
+    rpos = [[-1] * n for _ in range(nd)]
+    last_acc = [[0.0] * n for _ in range(nd)]
+    ncopies = [0] * n
+    computed = bytearray(n)
+    cur = [0] * nd
+    peak_since = [0] * nd
+    pending = [0] * nd
+    out: list[Instruction] = []
+    prefetch_at: dict[int, list[tuple[int, int]]] = {}
+    offload_set = set() if offload is None else set(int(x) for x in offload)
+    state = {"i": 0, "t": 0.0}
+    pc = [0] * n                        # protection counts: inputs of pending computations
+
+    # ---------------------------------------------------------------- helpers
+    def advance(u: int, i: int) -> int:
+        p, end = ptr[u], out_ptr[u + 1]
+        while p < end and cons_pos[p] <= i:
+            p += 1
+        ptr[u] = p
+        return p
+
+    def next_use(u: int, d: int, i: int) -> int:
+        """Program position of the next first-computation on d reading u, or -1."""
+        for p in range(advance(u, i), out_ptr[u + 1]):
+            if cons_dev[p] == d:
+                return cons_pos[p]
+        return -1
+
+    def needed_off(u: int, d: int, i: int) -> bool:
+        """A future consumer on another device that does not hold u yet."""
+        for p in range(advance(u, i), out_ptr[u + 1]):
+            e = cons_dev[p]
+            if e != d and not res[e][u]:
+                return True
+        return False
+
+    def any_future(u: int, i: int) -> bool:
+        return advance(u, i) < out_ptr[u + 1]
+
+    # horizon[u]: the last program position that may read u, directly or to
+    # recompute a descendant through recomputable nodes
+    horizon = [-1] * n
+    for u in reversed(a.topo.tolist()):
+        h = -1
+        for p in range(out_ptr[u], out_ptr[u + 1]):
+            c = cons[p]
+            x = horizon[c] if recomp[c] else cons_pos[p]
+            if x < cons_pos[p]:
+                x = cons_pos[p]
+            if x > h:
+                h = x
+        horizon[u] = h
+
+    def pinned(u: int, i: int) -> bool:
+        """The last copy of a value that cannot be recomputed while a descendant
+        may still need recomputing from it, or the last copy of a result."""
+        if ncopies[u] > 1:
+            return False
+        if required[u]:
+            return True
+        return not recomp[u] and horizon[u] > i
+
+    def add_res(d: int, u: int) -> None:
+        res[d][u] = 1
+        rpos[d][u] = len(rlist[d])
+        rlist[d].append(u)
+        ncopies[u] += 1
+
+    def drop_res(d: int, u: int) -> None:
+        res[d][u] = 0
+        lst, p = rlist[d], rpos[d][u]
+        last = lst.pop()
+        if last != u:
+            lst[p] = last
+            rpos[d][last] = p
+        rpos[d][u] = -1
+        ncopies[u] -= 1
+
+    def set_dirty(d: int, u: int, val: int) -> None:
+        if not dirty[d][u]:
+            dirty_keys.append((d, u))
+        if val > dirty[d][u]:
+            dirty[d][u] = val
+
+    def do_sync() -> None:
+        if out and type(out[-1]) is Sync:
+            return
+        out.append(Sync())
+        for d in range(nd):
+            cur[d] -= pending[d]
+            pending[d] = 0
+            peak_since[d] = cur[d]
+        for d, u in dirty_keys:
+            dirty[d][u] = 0
+        dirty_keys.clear()
+
+    def free(u: int, d: int) -> None:
+        out.append(Free(ids[u], names[d]))
+        drop_res(d, u)
+        if dirty[d][u]:
+            pending[d] += nbytes[u]
+        else:
+            cur[d] -= nbytes[u]
+
+    def xfer_time(u: int, s: int, t: int) -> float:
+        lk = link.get((s, t))
+        if lk is None:
+            return float("inf")
+        return lk.latency + nbytes[u] / lk.bandwidth
+
+    def copy(u: int, s: int, t: int, protect, evict: bool = True) -> None:
+        if not make_room(t, nbytes[u], False, protect, evict):
+            raise _NoRoom(t, nbytes[u])
+        out.append(Copy(ids[u], names[s], names[t]))
+        add_res(t, u)
+        cur[t] += nbytes[u]
+        peak_since[t] += nbytes[u]
+        if cur[t] > peak_since[t]:
+            peak_since[t] = cur[t]
+        set_dirty(s, u, 2)
+        set_dirty(t, u, 1)
+
+    def recompute_cost(u: int, d: int) -> float:
+        """u's own cost plus that of its inputs that are gone too (DTR's
+        evicted neighbourhood, one level deep)."""
+        cd = cdev[d]
+        c = cd[u] if cd is not None else 1e9
+        c = c if c == c else 1e9
+        for j in range(in_ptr[u], in_ptr[u + 1]):
+            w = in_idx[j]
+            if ncopies[w] == 0:
+                cw = cd[w] if cd is not None else 1e9
+                c += cw if cw == cw else 1e9
+        return c
+
+    def victim_score(u: int, d: int, i: int, tnow: float):
+        """(category, score, action) -- lower is evicted first; None: not evictable."""
+        b = nbytes[u]
+        if b == 0:
+            return None
+        nu = next_use(u, d, i)
+        if nu < 0:
+            if not needed_off(u, d, i) and not pinned(u, i):
+                return (-1, 0.0, "free")
+            dist = 1e30
+        else:
+            dist = max(est_order[nu] - tnow, 1e-12)
+        can_swap = swap and host is not None and d != host and (d, host) in link and (host, d) in link
+        on_host = host is not None and res[host][u]
+        can_drop = recompute and recomp[u] and not (required[u] and ncopies[u] <= 1) and not (
+            nu < 0 and pinned(u, i))
+        if on_host and d != host:
+            return (-1, -b * dist, "swap")   # a copy is kept on host: free is enough
+        if policy == "dtr":
+            stale = max(tnow - last_acc[d][u], 1e-9)
+            if can_drop:
+                c = recompute_cost(u, d)
+                return (1, (c + 1e-9) / (b * stale), "drop")
+            if can_swap:
+                tt = xfer_time(u, d, host) + xfer_time(u, host, d)
+                return (2, tt / (b * stale), "swap")
+            return None
+        if can_swap:
+            tt = xfer_time(u, d, host) + xfer_time(u, host, d)
+            if dist >= tt:
+                return (0, -b * dist, "swap")
+        if can_drop:
+            return (1, recompute_cost(u, d) / b, "drop")
+        if can_swap:
+            tt = xfer_time(u, d, host) + xfer_time(u, host, d)
+            return (2, tt / b, "swap")
+        return None
+
+    def evict_one(d: int, protect) -> bool:
+        lst = rlist[d]
+        if not lst:
+            return False
+        i, tnow = state["i"], state["t"]
+        cand = lst if len(lst) <= _SAMPLE else rng.sample(lst, _SAMPLE)
+        best, best_key = None, None
+        for u in cand:
+            if pc[u]:
+                continue
+            key = victim_score(u, d, i, tnow)
+            if key is not None and (best_key is None or key[:2] < best_key[:2]):
+                best, best_key = u, key
+                if key[0] < 0:
+                    break
+        if best is None and len(lst) > _SAMPLE:
+            for u in lst:       # the sample missed every evictable tensor: look at all
+                if pc[u]:
+                    continue
+                key = victim_score(u, d, i, tnow)
+                if key is not None and (best_key is None or key[:2] < best_key[:2]):
+                    best, best_key = u, key
+        if best is None:
+            return False
+        u, act = best, best_key[2]
+        if act == "swap":
+            if not res[host][u]:
+                pc[u] += 1
+                copy(u, d, host, protect, evict=False)
+                pc[u] -= 1
+            free(u, d)
+            nu = next_use(u, d, i)
+            if prefetch and nu > i + 1:
+                schedule_prefetch(u, d, nu, xfer_time(u, host, d))
+        else:
+            free(u, d)
+        return True
+
+    def schedule_prefetch(u: int, d: int, nu: int, tt: float) -> None:
+        i = state["i"]
+        target = est_order[nu] - lookahead * tt
+        pp = bisect_left(est_order, target, i + 1, nu)
+        pp = min(max(pp, i + 1), nu)
+        prefetch_at.setdefault(pp, []).append((u, d))
+
+    def make_room(d: int, need: int, is_compute: bool, protect, evict: bool = True) -> bool:
+        while True:
+            level = (cur[d] if is_compute else peak_since[d]) + need
+            if level <= budget[d]:
+                return True
+            after_sync = cur[d] - pending[d] + need
+            if after_sync <= budget[d] and (pending[d] > 0 or not is_compute):
+                do_sync()
+                continue
+            if evict and evict_one(d, protect):
+                continue
+            if after_sync < level:
+                do_sync()
+                if (cur[d] if is_compute else peak_since[d]) + need <= budget[d]:
+                    return True
+                if not evict:
+                    return False
+                continue
+            return False
+
+    def runnable(v: int, d: int) -> bool:
+        c = cdev[d]
+        return c is not None and c[v] == c[v]
+
+    def compute(v: int, d: int, protect) -> None:
+        need = nbytes[v] + wsp[v]
+        if not make_room(d, need, True, protect):
+            raise _NoRoom(d, need)
+        out.append(Compute(ids[v], names[d]))
+        cur[d] += need
+        if cur[d] > peak_since[d]:
+            peak_since[d] = cur[d]
+        cur[d] -= wsp[v]
+        add_res(d, v)
+        computed[v] = 1
+        t = state["t"]
+        last_acc[d][v] = t
+        for j in range(in_ptr[v], in_ptr[v + 1]):
+            u = in_idx[j]
+            last_acc[d][u] = t
+            if dirty[d][u] == 1:
+                dirty[d][u] = 0
+
+    def fetch(u: int, d: int, protect, temps) -> None:
+        """Make u resident on d: copy it from where it is, or recompute it."""
+        if res[d][u]:
+            return
+        # 1. a resident copy with a direct link
+        srcs = [s for s in range(nd) if res[s][u]]
+        for s in sorted(srcs, key=lambda s: (s == host,)):
+            if (s, d) in link:
+                copy(u, s, d, protect)
+                return
+        if srcs and host is not None and (host, d) in link:
+            for s in srcs:
+                if (s, host) in link:
+                    copy(u, s, host, protect)
+                    copy(u, host, d, protect)
+                    return
+        if srcs and not (recompute and recomp[u]):
+            raise InfeasibleError(f"no link path carries {ids[u]!r} from {names[srcs[0]]!r} to {names[d]!r}",
+                                  hint="add links between the devices or through the host")
+        if not (recomp[u] and computed[u]):
+            raise InfeasibleError(f"{ids[u]!r} is needed on {names[d]!r} but no copy of it is left and it may "
+                                  "not be recomputed", hint="allow swapping (a host device with links)")
+        # 2. recompute, depth first, iteratively
+        stack = [(u, False)]
+        while stack:
+            w, expanded = stack.pop()
+            if expanded:
+                if not res[d][w]:
+                    compute(w, d, protect)
+                    temps.append(w)
+                for j in range(in_ptr[w], in_ptr[w + 1]):
+                    pc[in_idx[j]] -= 1
+                continue
+            if res[d][w]:
+                continue
+            if not runnable(w, d):
+                e = place[w]
+                fetch(w, e, protect, temps)
+                if (e, d) in link:
+                    copy(w, e, d, protect)
+                elif host is not None and (e, host) in link and (host, d) in link:
+                    if not res[host][w]:
+                        copy(w, e, host, protect)
+                    copy(w, host, d, protect)
+                else:
+                    raise InfeasibleError(f"no link path carries {ids[w]!r} to {names[d]!r}")
+                continue
+            stack.append((w, True))
+            for j in range(in_ptr[w], in_ptr[w + 1]):
+                pc[in_idx[j]] += 1
+            for j in range(in_ptr[w + 1] - 1, in_ptr[w] - 1, -1):
+                x = in_idx[j]
+                if not res[d][x]:
+                    if ncopies[x] > 0 or not recomp[x]:
+                        fetch(x, d, protect, temps)
+                    else:
+                        stack.append((x, False))
+
+    def release_unneeded(u: int, d: int, i: int) -> None:
+        if not res[d][u] or pc[u] or next_use(u, d, i) >= 0:
+            return
+        if needed_off(u, d, i) or pinned(u, i):
+            return
+        free(u, d)
+        if not any_future(u, i):
+            for e in range(nd):
+                if res[e][u] and not pinned(u, i):
+                    free(u, e)
+
+    # ------------------------------------------------------------ main loop
+    try:
+        for i, v in enumerate(order):
+            state["i"] = i
+            state["t"] = est_order[i]
+            for (u, d2) in prefetch_at.pop(i, ()):
+                if not res[d2][u] and host is not None and res[host][u] and next_use(u, d2, i - 1) >= 0:
+                    if make_room(d2, nbytes[u], False, None, evict=False):
+                        copy(u, host, d2, None, evict=False)
+            d = place[v]
+            if not runnable(v, d):
+                raise InfeasibleError(f"node {ids[v]!r} is placed on {names[d]!r}, which cannot run it")
+            protect = None
+            for j in range(in_ptr[v], in_ptr[v + 1]):
+                pc[in_idx[j]] += 1
+            temps: list[int] = []
+            for j in range(in_ptr[v], in_ptr[v + 1]):
+                fetch(in_idx[j], d, protect, temps)
+            for j in range(in_ptr[v], in_ptr[v + 1]):
+                if not res[d][in_idx[j]]:   # pragma: no cover - protected inputs are never evicted
+                    fetch(in_idx[j], d, protect, temps)
+            compute(v, d, protect)
+            for j in range(in_ptr[v], in_ptr[v + 1]):
+                pc[in_idx[j]] -= 1
+            for j in range(in_ptr[v], in_ptr[v + 1]):
+                release_unneeded(in_idx[j], d, i)
+            for w in temps:
+                release_unneeded(w, d, i)
+            if not any_future(v, i) and not required[v]:
+                free(v, d)
+            if offload_set:
+                for j in range(in_ptr[v], in_ptr[v + 1]):
+                    u = in_idx[j]
+                    if u in offload_set and res[d][u] and host is not None and d != host:
+                        nu = next_use(u, d, i)
+                        if nu >= 0 and kind[order[nu]] in _BACKWARD and all(
+                                kind[cons[p]] in _BACKWARD for p in range(ptr[u], out_ptr[u + 1])
+                                if cons_dev[p] == d):
+                            if not res[host][u]:
+                                copy(u, d, host, protect, evict=False)
+                            free(u, d)
+                            prev = nu - 1
+                            while prev > i and place[order[prev]] != d:
+                                prev -= 1
+                            prefetch_at.setdefault(max(prev, i + 1), []).append((u, d))
+    except _NoRoom as e:
+        d, need = e.args
+        raise InfeasibleError(
+            f"{names[d]} cannot make room for {format_size(need)}: {format_size(cur[d])} held, budget "
+            f"{format_size(budget[d])}, nothing left to evict",
+            hint="raise the budget, allow swapping and recomputation, or use more devices") from None
+    return out
+
+
+class _NoRoom(Exception):
+    pass
