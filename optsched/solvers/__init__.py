@@ -10,6 +10,7 @@ from ..graph import Graph
 from ..schedule import Schedule
 from .baselines import articulation, chen_greedy, chen_sqrt, keep_everything
 from .heuristics import dtr, heuristic, metf, offload_all
+from .milp import milp, pulp_cbc, pulp_solver
 from .options import SolveOptions
 
 SOLVERS = {
@@ -21,10 +22,14 @@ SOLVERS = {
     "dtr": dtr,
     "heuristic": heuristic,
     "metf": metf,
+    "milp": milp,
+    "pulp": pulp_cbc,
 }
 
 
 def get_solver(name: str):
+    if name.startswith("pulp:") and len(name) > 5:
+        return pulp_solver(name[5:])
     try:
         return SOLVERS[name]
     except KeyError:

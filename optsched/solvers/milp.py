@@ -1,0 +1,369 @@
+"""The optimal scheduler: one mixed-integer linear programme that decides device
+placement, recomputation and swapping jointly, solved by HiGHS (`milp`) or by
+any solver PuLP drives (`pulp`, `pulp:NAME`).
+
+Formulation (stages over a fixed topological order, Checkmate-style, extended
+to several devices and links; all sets index-pruned, see `milp_model.py`):
+
+- Stages t = 0..T-1, T = n + K. Node v (position p(v) in the order) is first
+  computed in a stage of its window [p(v), p(v)+K]; K = 0 (Checkmate's
+  frontier-advancing order) when only one device can compute and nothing can
+  be copied, K = 2 otherwise, so that independent nodes can run side by side
+  on different devices and a transfer can sit between producer and consumer.
+- Binaries per model device d: R[d,t,v] compute v on d in stage t;
+  S[d,t,v] v resident on d at the start of stage t (t = T: at the end);
+  per link l = a->b: C[l,t,v] copy v over l in stage t (swap-out, prefetch,
+  cross-device transfer; the copy is usable on b from stage t+1).
+- Continuous tau[t] (stage time), W[d,t] (largest workspace in the stage).
+- Constraints: R[d,t,v] <= S[d,t,u] + R[d,t,u] for each input u (a device runs
+  its stage's computations in order); S[d,t+1,v] <= S[d,t,v] + R[d,t,v] +
+  sum_l->d C[l,t,v]; C[a->b,t,v] <= S[a,t,v]; S + R + sum C-in <= 1 per
+  (d,t,v) (the simulator refuses a second instance on one device); window
+  sum >= 1 (== 1 for params, inputs and everything when recompute is off);
+  required results: sum_d S[d,T,v] >= 1.
+- Memory, per device and stage, conservative w.r.t. the simulator: bytes of
+  all values resident at the stage start, computed there or copied in, plus
+  W[d,t] >= ws[v] R[d,t,v], <= budget.
+- Time: tau[t] >= sum_v cost(d,v) R[d,t,v] per device and >= sum_v
+  time(l,v) C[l,t,v] per link; minimise sum_t tau[t].
+- Emission: per stage the copies, each device's computations, frees of what
+  is not kept, then `Sync()`. Every copy reads a value resident at the stage
+  start, so each stream finishes its stage within tau[t] after the barrier:
+  the simulated makespan equals the sum of stage maxima, i.e. the objective
+  of the integer point (never more), and each device's simulated memory never
+  exceeds the stage's modelled sum.
+- Special cases: `--devices 1 --no-swap` on a one-accelerator cluster without
+  host computation is Checkmate's problem in this coarser memory model; with
+  recompute off and swap on it is a POET-like swap-only problem (whose
+  transfer time counts in the objective).
+
+Reductions and what they cost:
+- exact (w.r.t. the stage model over the given order): no R before p(v); no S
+  before p(v)+1; S[d,t,v] only while some consumer of v may still be computed
+  (need_end) or v is required; C only where its destination could hold v and
+  before the last useful stage; memory rows dropped on devices whose budget
+  exceeds the graph's total bytes; params/inputs have no R outside their
+  window; copies into the host removed when swap is off.
+- restrictions (may cost optimality against schedules outside the model):
+  the fixed order itself (the graph's topological order, or the warm start's
+  first-computation order); the stage barrier (no overlap across stages);
+  memory counted for a whole stage (Checkmate tracks it within the stage);
+  the window K; required results are not recomputed after their window
+  (they are kept once computed); a copy is usable only from the next stage.
+- `options.params`: {"window": K} overrides K; {"host_compute": False} keeps
+  the host to swap space only.
+
+Warm start: any valid single-device schedule (keep-everything, chen-sqrt, ...)
+or one this module emitted is staged, converted to column values, checked
+against the rows, and handed to the solver as its incumbent. Without
+`options.warm_start` the best valid baseline is used. If the solver finishes
+worse than that baseline (it cannot when the warm start was accepted), the
+baseline is returned and `report.extra["fallback"]` says so.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from ..cluster import Cluster
+from ..errors import InfeasibleError, OptschedError
+from ..graph import Graph, memory_lower_bound
+from ..schedule import Schedule, SolveReport
+from ..simulate import describe, simulate
+from ..units import format_size
+from .milp_model import (TIME_SCALE, Decisions, MilpArrays, build_model, decisions_from_schedule, decisions_from_x,
+                         emit, make_spec, order_of, violated_rows, x_from_decisions)
+from .options import SolveOptions
+
+
+class MilpBug(RuntimeError):
+    """The MILP produced a schedule the simulator rejects: a bug, never returned."""
+
+
+# ----------------------------------------------------------------------------- shared driver
+
+def _baselines(graph, cluster, options):
+    from .baselines import chen_sqrt, keep_everything
+
+    out = []
+    for fn in (keep_everything, chen_sqrt):
+        try:
+            s = fn(graph, cluster, replace(options, warm_start=None))
+        except OptschedError:
+            continue
+        out.append((fn.__name__.replace("_", "-"), s, simulate(graph, cluster, s)))
+    return out
+
+
+def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
+    """Spec, model, warm start (x or None) and the baselines' results."""
+    t0 = time.perf_counter()
+    base = _baselines(graph, cluster, options)
+    warm = options.warm_start
+    warm_name = "user"
+    if warm is None:
+        valid = [b for b in base if b[2].valid]
+        if valid:
+            warm_name, warm, _ = min(valid, key=lambda b: b[2].makespan)
+    order = order_of(graph, warm) if warm is not None else None
+    p = dict(options.params)
+    spec = make_spec(graph, cluster, order=order, recompute=options.recompute, swap=options.swap,
+                     devices=options.devices, host_compute=p.get("host_compute", True), window=p.get("window"))
+    if spec.notes["unrunnable"]:
+        raise OptschedError(f"node {spec.notes['unrunnable'][0]!r} cannot run on any device in use",
+                            hint="add a device of a kind it has a cost for")
+    model = build_model(spec)
+    build_time = time.perf_counter() - t0
+    x0, warm_msg = None, "none"
+    if warm is not None:
+        dec = decisions_from_schedule(graph, cluster, spec, warm)
+        if dec is None:
+            warm_msg = f"{warm_name}: does not fit the stage structure"
+        else:
+            x0 = x_from_decisions(model, dec)
+            if x0 is None:
+                warm_msg = f"{warm_name}: uses a pruned variable"
+            else:
+                bad = violated_rows(model, x0, tol=1e-7)
+                if bad:
+                    warm_msg = f"{warm_name}: breaks " + ", ".join(bad)
+                    x0 = None
+                else:
+                    warm_msg = f"{warm_name}: accepted, objective {dec.objective(spec):.6g} s"
+    return spec, model, x0, warm_msg, base, build_time
+
+
+def _infeasible(graph, cluster, options, base, why):
+    lb = memory_lower_bound(graph)
+    found = [b[2].peak for b in base]
+    smallest = None
+    for pk in found:
+        m = max(pk.values()) if pk else 0
+        smallest = m if smallest is None else min(smallest, m)
+    budgets = ", ".join(f"{d.name} {format_size(d.memory)}" for d in cluster.devices if d.kind == "cuda")
+    msg = (f"no schedule fits the memory budget ({budgets}): {why}. Memory lower bound: {format_size(lb)} "
+           f"({lb} bytes)")
+    if smallest is not None:
+        msg += f"; smallest budget at which a schedule was found: {format_size(smallest)} ({smallest} bytes)"
+    raise InfeasibleError(msg, hint="raise the budget, add devices, or allow swapping and recomputation")
+
+
+def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, solve_time, build_time, base,
+           warm_msg, extra=None):
+    """Solution -> schedule, checked by the simulator; or the best baseline; or InfeasibleError."""
+    valid_base = [b for b in base if b[2].valid]
+    best_base = min(valid_base, key=lambda b: b[2].makespan) if valid_base else None
+    extra = dict(extra or {})
+    extra.update(build_time=build_time, warm_start=warm_msg, stages=spec.T, window=spec.K,
+                 columns=model.ncol, rows=model.nrow, nonzeros=int(model.index.size))
+    if x is None:
+        if status == "infeasible" and best_base is None:
+            _infeasible(graph, cluster, options, base, "the MILP is infeasible")
+        if best_base is None:
+            _infeasible(graph, cluster, options, base, f"no schedule found ({status}) and no baseline fits")
+        name, sched, res = best_base
+        extra.update(fallback=name, makespan=res.makespan)
+        return Schedule(sched.instructions, SolveReport(solver_name, status, objective=res.makespan, bound=bound,
+                                                        gap=_gap(res.makespan, bound), solve_time=solve_time,
+                                                        message=f"MILP gave no schedule; returning {name}",
+                                                        extra=extra), graph=graph.name)
+    dec = decisions_from_x(model, x)
+    obj = dec.objective(spec)
+    sched = Schedule(tuple(emit(graph, spec, dec)), graph=graph.name)
+    res = simulate(graph, cluster, sched)
+    if not res.valid:
+        raise MilpBug(f"MILP schedule rejected by the simulator: {describe(res.violation)}")
+    if res.makespan > obj * (1 + 1e-9) + 1e-12:
+        raise MilpBug(f"simulated makespan {res.makespan} exceeds the MILP objective {obj}")
+    if bound is not None:
+        bound = min(bound, obj)
+    extra.update(makespan=res.makespan, peak=res.peak)
+    if best_base is not None and best_base[2].makespan < res.makespan * (1 - 1e-12):
+        name, bsched, bres = best_base
+        extra.update(fallback=name, milp_objective=obj, makespan=bres.makespan)
+        return Schedule(bsched.instructions, SolveReport(
+            solver_name, status, objective=bres.makespan, bound=bound, gap=_gap(bres.makespan, bound),
+            solve_time=solve_time, message=f"MILP incumbent worse than {name}; returning {name}", extra=extra),
+            graph=graph.name)
+    return Schedule(sched.instructions, SolveReport(solver_name, status, objective=obj, bound=bound,
+                                                    gap=_gap(obj, bound), solve_time=solve_time, extra=extra),
+                    graph=graph.name)
+
+
+def _gap(obj, bound):
+    if bound is None or obj is None or not math.isfinite(bound):
+        return None
+    return max(0.0, (obj - bound) / max(abs(obj), 1e-12))
+
+
+# ----------------------------------------------------------------------------- HiGHS
+
+def highs_model(model: MilpArrays):
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    status = h.passModel(model.ncol, model.nrow, int(model.index.size), 2, 1, 0.0,
+                         model.cost, model.lb, model.ub, model.row_lo, model.row_hi,
+                         model.start.astype(np.int32), model.index.astype(np.int32), model.value,
+                         model.integ.astype(np.int32))
+    if status != highspy.HighsStatus.kOk:
+        raise RuntimeError(f"HiGHS refused the model: {status}")
+    return h
+
+
+def write_model(model: MilpArrays, path: str) -> None:
+    if not str(path).endswith((".mps", ".lp")):
+        raise OptschedError(f"write_model: {path!r} must end in .mps or .lp")
+    h = highs_model(model)
+    if str(path).endswith(".lp"):
+        names = model.col_names()
+        for j, nm in enumerate(names):
+            h.passColName(j, nm)
+    h.writeModel(str(path))
+
+
+def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
+    """Solve the joint MILP with HiGHS (see the module docstring)."""
+    import highspy
+
+    spec, model, x0, warm_msg, base, build_time = prepare(graph, cluster, options)
+    if options.write_model:
+        write_model(model, options.write_model)
+    h = highs_model(model)
+    h.setOptionValue("output_flag", bool(options.verbose))
+    h.setOptionValue("time_limit", float(options.time_limit))
+    h.setOptionValue("mip_rel_gap", float(options.gap))
+    if options.threads:
+        h.setOptionValue("threads", int(options.threads))
+    if x0 is not None:
+        h.setSolution(int(x0.size), np.arange(x0.size, dtype=np.int32), x0)
+    t0 = time.perf_counter()
+    state = {"last": 0.0, "inc": None, "bound": None}
+
+    def report(e):
+        out = e.data_out
+        inc = out.mip_primal_bound / TIME_SCALE if abs(out.mip_primal_bound) < 1e30 else None
+        bd = out.mip_dual_bound / TIME_SCALE if abs(out.mip_dual_bound) < 1e30 else None
+        now = time.perf_counter() - t0
+        if (inc, bd) == (state["inc"], state["bound"]) and now - state["last"] < 1.0:
+            return
+        state.update(last=now, inc=inc, bound=bd)
+        gap = None if inc is None or bd is None else max(0.0, (inc - bd) / max(abs(inc), 1e-12))
+        options.progress({"incumbent": inc, "bound": bd, "gap": gap, "elapsed": now})
+
+    if options.progress is not None:
+        h.cbMipImprovingSolution.subscribe(report)
+        h.cbMipInterrupt.subscribe(report)
+    # Ctrl-C: highspy's threaded solve turns KeyboardInterrupt into a cancel
+    h.HandleKeyboardInterrupt = threading.current_thread() is threading.main_thread()
+    interrupted = False
+    try:
+        h.solve()
+    except KeyboardInterrupt:
+        interrupted = True
+        h.cancelSolve()
+        h.wait()
+    solve_time = time.perf_counter() - t0
+    ms = h.getModelStatus()
+    MS = highspy.HighsModelStatus
+    info = h.getInfo()
+    status = {MS.kOptimal: "optimal", MS.kTimeLimit: "time_limit", MS.kInterrupt: "interrupted",
+              MS.kInfeasible: "infeasible"}.get(ms, "feasible")
+    if interrupted:
+        status = "interrupted"
+    x = None
+    if info.primal_solution_status >= 1 and status != "infeasible":
+        x = np.asarray(h.getSolution().col_value)
+    bound = info.mip_dual_bound / TIME_SCALE if abs(info.mip_dual_bound) < 1e30 else None
+    if status == "optimal" and x is not None:
+        bound = max(bound or 0.0, 0.0)
+    extra = {"backend": "highs", "model_status": h.modelStatusToString(ms), "nodes": int(info.mip_node_count)}
+    return finish(graph, cluster, options, "milp", spec, model, x, status, bound, solve_time, build_time, base,
+                  warm_msg, extra)
+
+
+# ----------------------------------------------------------------------------- PuLP
+
+def pulp_solver(name: str = "PULP_CBC_CMD"):
+    """The `solver(graph, cluster, options)` that solves the same model through PuLP."""
+
+    def solve(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
+        return _pulp(graph, cluster, options, name)
+
+    solve.__name__ = f"pulp_{name}"
+    return solve
+
+
+def _pulp(graph, cluster, options, solver_name):
+    import pulp
+
+    spec, model, x0, warm_msg, base, build_time = prepare(graph, cluster, options)
+    if options.write_model:
+        write_model(model, options.write_model)
+    prob = pulp.LpProblem("optsched", pulp.LpMinimize)
+    xs = [pulp.LpVariable(f"x{j}", lowBound=model.lb[j], upBound=None if math.isinf(model.ub[j]) else model.ub[j],
+                          cat=pulp.LpInteger if model.integ[j] else pulp.LpContinuous) for j in range(model.ncol)]
+    prob += pulp.lpSum(model.cost[j] * xs[j] for j in np.flatnonzero(model.cost).tolist())
+    st, idx, val = model.start.tolist(), model.index.tolist(), model.value.tolist()
+    for i in range(model.nrow):
+        expr = pulp.LpAffineExpression([(xs[idx[k]], val[k]) for k in range(st[i], st[i + 1])])
+        lo, hi = model.row_lo[i], model.row_hi[i]
+        if lo == hi:
+            prob += expr == lo
+        else:
+            if math.isfinite(lo):
+                prob += expr >= lo
+            if math.isfinite(hi):
+                prob += expr <= hi
+    if x0 is not None:
+        for j, v in enumerate(x0.tolist()):
+            xs[j].setInitialValue(round(v) if model.integ[j] else v)
+    kw = dict(msg=bool(options.verbose), timeLimit=float(options.time_limit), gapRel=float(options.gap),
+              warmStart=x0 is not None)
+    if options.threads:
+        kw["threads"] = int(options.threads)
+    try:
+        solver = pulp.getSolver(solver_name, **kw)
+    except TypeError:
+        solver = pulp.getSolver(solver_name)
+    if not solver.available():
+        raise OptschedError(f"PuLP solver {solver_name!r} is not available on this machine",
+                            hint="pulp.listSolvers(onlyAvailable=True) lists those that are")
+    t0 = time.perf_counter()
+    status = "feasible"
+    try:
+        prob.solve(solver)
+    except KeyboardInterrupt:
+        status = "interrupted"
+    solve_time = time.perf_counter() - t0
+    ps, sol = prob.status, getattr(prob, "sol_status", None)
+    x = None
+    if status != "interrupted":
+        if ps == pulp.LpStatusInfeasible:
+            status = "infeasible"
+        elif sol == pulp.LpSolutionOptimal or (sol is None and ps == pulp.LpStatusOptimal):
+            status = "optimal"
+        elif sol == pulp.LpSolutionIntegerFeasible:
+            status = "time_limit"
+        else:
+            status = "time_limit" if solve_time >= options.time_limit * 0.95 else "error"
+    vals = [v.varValue for v in xs]
+    if status not in ("infeasible", "interrupted") and all(v is not None for v in vals):
+        x = np.array(vals, dtype=float)
+    bound = None
+    if status == "optimal" and x is not None:
+        bound = float(pulp.value(prob.objective)) / TIME_SCALE
+    if x is None and x0 is not None and status != "infeasible":
+        x = x0
+    extra = {"backend": f"pulp:{solver_name}", "pulp_status": pulp.LpStatus.get(ps, str(ps))}
+    return finish(graph, cluster, options, f"pulp:{solver_name}", spec, model, x, status, bound, solve_time,
+                  build_time, base, warm_msg, extra)
+
+
+pulp_cbc = pulp_solver("PULP_CBC_CMD")

@@ -1,0 +1,570 @@
+"""The MILP of `optsched.solvers.milp`, built once as arrays, plus the two
+translations around it: a schedule -> variable values (warm start) and
+variable values -> a schedule (emission).
+
+See `optsched.solvers.milp` for the formulation and its reductions. Here:
+
+- `ModelSpec` fixes the stage order, the devices and links in play, and the
+  stage range of every variable family (the *domains*; the pruning lives here
+  and is shared with the brute-force enumerator of `bruteforce.py`).
+- `build_model(spec)` returns a `MilpArrays`: column cost/bounds/integrality,
+  a row-wise CSR constraint matrix with row bounds, and dense index maps
+  `R[d,t,v]`, `S[d,t,v]`, `C[l,t,v]`, `tau[t]`, `W[d,t]` (-1 where pruned).
+  Everything is numpy; no Python object per variable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cluster import Cluster
+from ..graph import Graph
+from ..schedule import Compute, Copy, Free, Schedule, Sync
+
+TIME_SCALE = 1e3          # the model's time unit is the millisecond (better-scaled rows)
+MEM_SAFETY = 0.0          # budgets and bytes are integers; the simulator re-checks every schedule
+
+
+@dataclass
+class ModelSpec:
+    n: int
+    order: np.ndarray        # order[p] = node index of stage position p
+    pos: np.ndarray          # pos[v] = position of node v
+    T: int                   # number of stages
+    K: int                   # first computation of v lies in stages pos[v] .. pos[v]+K
+    dev: list[int]           # cluster device index of each model device
+    dev_names: list[str]
+    links: list[tuple[int, int, int]]   # (cluster link index, src model device, dst model device)
+    ccost: np.ndarray        # (nD, n) model-time units per compute, nan = cannot run there
+    lcost: np.ndarray        # (nL, n) model-time units per copy
+    nbytes: np.ndarray
+    ws: np.ndarray
+    budget: np.ndarray       # (nD,) bytes
+    mem_row: np.ndarray      # (nD,) bool: memory can bind on this device
+    r_lo: np.ndarray
+    r_hi: np.ndarray         # inclusive
+    s_lo: np.ndarray
+    s_hi: np.ndarray         # inclusive, may be T (resident at the end)
+    once: np.ndarray         # bool: computed exactly once (not recomputable, or recompute off)
+    required: np.ndarray
+    in_ptr: np.ndarray
+    in_idx: np.ndarray
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def nD(self) -> int:
+        return len(self.dev)
+
+    @property
+    def nL(self) -> int:
+        return len(self.links)
+
+
+def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = True, swap: bool = True,
+              devices: int | None = None, host_compute: bool = True, window: int | None = None) -> ModelSpec:
+    a = graph.arrays
+    n = len(a.ids)
+    order = np.asarray(a.topo if order is None else order, dtype=np.int64)
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    # devices in play
+    accel_seen = 0
+    dev = []
+    for i, d in enumerate(cluster.devices):
+        if d.kind == "cuda":
+            if devices is not None and accel_seen >= devices:
+                continue
+            accel_seen += 1
+        dev.append(i)
+    nD = len(dev)
+    ccost = np.full((nD, n), np.nan)
+    for k, i in enumerate(dev):
+        d = cluster.devices[i]
+        if d.kind == "cpu" and not host_compute:
+            continue
+        c = a.cost.get(d.kind)
+        if c is not None:
+            ccost[k] = c / d.speed * TIME_SCALE
+    local = {i: k for k, i in enumerate(dev)}
+    accel = [cluster.devices[i].kind == "cuda" for i in dev]
+    links = []
+    for li, lk in enumerate(cluster.links):
+        s, t = cluster.device_index[lk.src], cluster.device_index[lk.dst]
+        if s not in local or t not in local:
+            continue
+        if not swap and not accel[local[t]]:
+            continue   # no copies into host memory
+        links.append((li, local[s], local[t]))
+    nL = len(links)
+    lcost = np.zeros((nL, n))
+    for k, (li, _, _) in enumerate(links):
+        lk = cluster.links[li]
+        lcost[k] = (lk.latency + a.bytes / lk.bandwidth) * TIME_SCALE
+    runnable_any = ~np.isnan(ccost).all(axis=0)
+    multi = int((~np.isnan(ccost)).any(axis=1).sum()) > 1 or nL > 0
+    K = (0 if not multi else 2) if window is None else int(window)
+    T = n + K
+    once = ~a.recomputable.copy() if recompute else np.ones(n, dtype=bool)
+    required = a.required.copy()
+    # liveness (exact under the model's rules): comp_end(v) = last stage where computing v can
+    # serve anything; need_end(v) = last stage where some consumer of v can be computed.
+    in_ptr, in_idx, out_ptr, out_idx = a.in_ptr, a.in_idx, a.out_ptr, a.out_idx
+    r_hi = np.empty(n, dtype=np.int64)
+    need_end = np.full(n, -1, dtype=np.int64)
+    for p in range(n - 1, -1, -1):
+        v = int(order[p])
+        outs = out_idx[out_ptr[v]:out_ptr[v + 1]]
+        ne = int(r_hi[outs].max()) if outs.size else -1
+        need_end[v] = ne
+        w_end = min(T - 1, p + K)
+        if once[v] or required[v]:
+            r_hi[v] = w_end
+        else:
+            r_hi[v] = min(T - 1, max(w_end, ne))
+    r_lo = pos.copy()
+    s_lo = pos + 1
+    s_hi = np.where(required, T, np.minimum(need_end, T))
+    budget = np.array([cluster.devices[i].memory for i in dev], dtype=np.float64)
+    total = float(a.bytes.sum() + a.workspace.max(initial=0))
+    mem_row = budget < total
+    spec = ModelSpec(n=n, order=order, pos=pos, T=T, K=K, dev=dev, dev_names=[cluster.devices[i].name for i in dev],
+                     links=links, ccost=ccost, lcost=lcost, nbytes=a.bytes.astype(np.float64),
+                     ws=a.workspace.astype(np.float64), budget=budget, mem_row=mem_row, r_lo=r_lo, r_hi=r_hi,
+                     s_lo=s_lo, s_hi=s_hi, once=once, required=required, in_ptr=in_ptr, in_idx=in_idx)
+    spec.notes["unrunnable"] = [a.ids[v] for v in np.flatnonzero(~runnable_any)]
+    return spec
+
+
+@dataclass
+class MilpArrays:
+    spec: ModelSpec
+    ncol: int
+    cost: np.ndarray
+    lb: np.ndarray
+    ub: np.ndarray
+    integ: np.ndarray        # uint8, 1 = integer
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+    start: np.ndarray        # CSR row pointers (int32 values, int64 array ok)
+    index: np.ndarray
+    value: np.ndarray
+    R: np.ndarray            # (nD, T, n) column index or -1
+    S: np.ndarray            # (nD, T+1, n)
+    C: np.ndarray            # (nL, T, n)
+    tau: np.ndarray          # (T,)
+    W: np.ndarray            # (nD, T) or -1
+    row_kind: list           # (first row, name) per block, for messages
+    names: np.ndarray | None = None
+
+    @property
+    def nrow(self) -> int:
+        return int(self.row_lo.size)
+
+    def col_names(self) -> list[str]:
+        names = np.empty(self.ncol, dtype=object)
+        for tag, arr in (("R", self.R), ("S", self.S), ("C", self.C)):
+            idx = np.argwhere(arr >= 0)
+            cols = arr[arr >= 0]
+            for (x, t, v), c in zip(idx.tolist(), cols.tolist()):
+                names[c] = f"{tag}_{x}_{t}_{v}"
+        for t, c in enumerate(self.tau.tolist()):
+            names[c] = f"tau_{t}"
+        for (d, t), c in np.ndenumerate(self.W):
+            if c >= 0:
+                names[c] = f"W_{d}_{t}"
+        return names.tolist()
+
+
+def _domain(lo, hi, T):
+    """(T, n) bool mask of lo[v] <= t <= hi[v]."""
+    t = np.arange(T)[:, None]
+    return (t >= lo[None, :]) & (t <= hi[None, :])
+
+
+class _Rows:
+    """COO accumulator; each block adds rows with given bounds."""
+
+    def __init__(self):
+        self.r, self.c, self.v, self.lo, self.hi, self.kind = [], [], [], [], [], []
+        self.m = 0
+
+    def block(self, name, nrows, rows, cols, vals, lo, hi):
+        rows = np.asarray(rows, dtype=np.int64)
+        cols = np.asarray(cols, dtype=np.int64)
+        vals = np.broadcast_to(np.asarray(vals, dtype=np.float64), cols.shape)
+        keep = cols >= 0
+        self.r.append(rows[keep] + self.m)
+        self.c.append(cols[keep])
+        self.v.append(vals[keep])
+        self.lo.append(np.broadcast_to(np.asarray(lo, dtype=np.float64), (nrows,)))
+        self.hi.append(np.broadcast_to(np.asarray(hi, dtype=np.float64), (nrows,)))
+        self.kind.append((self.m, name))
+        self.m += nrows
+
+
+def build_model(spec: ModelSpec) -> MilpArrays:
+    n, T, nD, nL = spec.n, spec.T, spec.nD, spec.nL
+    inf = np.inf
+    # --- columns
+    runn = ~np.isnan(spec.ccost)                                   # (nD, n)
+    Rmask = _domain(spec.r_lo, spec.r_hi, T)[None, :, :] & runn[:, None, :]
+    Sdom = _domain(spec.s_lo, spec.s_hi, T + 1)                    # (T+1, n)
+    into = np.zeros((nD, n), dtype=bool)                           # can v reach d at all
+    into |= runn
+    for _, _, b in spec.links:
+        into[b] = True
+    Smask = Sdom[None, :, :] & into[:, None, :]
+    Cdom = _domain(spec.s_lo, np.minimum(spec.s_hi - 1, T - 1), T)
+    Cmask = np.zeros((nL, T, n), dtype=bool)
+    for k, (_, a, b) in enumerate(spec.links):
+        # source must be able to hold v, destination must be able to use it
+        Cmask[k] = Cdom & into[a][None, :]
+    ncol = 0
+
+    def alloc(mask):
+        nonlocal ncol
+        idx = np.full(mask.shape, -1, dtype=np.int64)
+        cnt = int(mask.sum())
+        idx[mask] = np.arange(ncol, ncol + cnt)
+        ncol += cnt
+        return idx
+
+    R = alloc(Rmask)
+    S = alloc(Smask)
+    C = alloc(Cmask)
+    tau = np.arange(ncol, ncol + T)
+    ncol += T
+    has_ws = spec.ws > 0
+    Wmask = np.zeros((nD, T), dtype=bool)
+    if has_ws.any():
+        Wmask = spec.mem_row[:, None] & (Rmask[:, :, has_ws]).any(axis=2)
+    W = alloc(Wmask)
+    nbin = int(Rmask.sum() + Smask.sum() + Cmask.sum())
+    cost = np.zeros(ncol)
+    cost[tau] = 1.0
+    lb = np.zeros(ncol)
+    ub = np.ones(ncol)
+    ub[tau] = inf
+    ub[W[W >= 0]] = inf
+    integ = np.zeros(ncol, dtype=np.uint8)
+    integ[:nbin] = 1
+
+    rows = _Rows()
+    Rpad = np.concatenate([R, np.full((nD, 1, n), -1)], axis=1)          # R[d, T] = -1
+    # C into each device: (nD, T, n) list of link columns
+    Cin = [[k for k, (_, _, b) in enumerate(spec.links) if b == d] for d in range(nD)]
+
+    # 1. inputs resident: R[d,t,v] <= S[d,t,u] + R[d,t,u]
+    d_, t_, v_ = np.nonzero(R >= 0)
+    deg = spec.in_ptr[v_ + 1] - spec.in_ptr[v_]
+    rep = np.repeat(np.arange(d_.size), deg)
+    starts = np.repeat(spec.in_ptr[v_], deg)
+    offs = np.arange(rep.size) - np.repeat(np.cumsum(deg) - deg, deg)
+    u_ = spec.in_idx[starts + offs]
+    dd, tt, vv = d_[rep], t_[rep], v_[rep]
+    m = rep.size
+    ar = np.arange(m)
+    rows.block("inputs", m, np.concatenate([ar, ar, ar]),
+               np.concatenate([R[dd, tt, vv], S[dd, tt, u_], R[dd, tt, u_]]),
+               np.concatenate([np.ones(m), -np.ones(m), -np.ones(m)]), -inf, 0.0)
+
+    # 2. residency: S[d,t,v] <= S[d,t-1,v] + R[d,t-1,v] + sum C[l->d,t-1,v]
+    d_, t_, v_ = np.nonzero(S >= 0)
+    m = d_.size
+    ar = np.arange(m)
+    rr, cc, vals = [ar, ar, ar], [S[d_, t_, v_], S[d_, t_ - 1, v_], Rpad[d_, t_ - 1, v_]], [1.0, -1.0, -1.0]
+    for d in range(nD):
+        sel = d_ == d
+        for k in Cin[d]:
+            rr.append(ar[sel])
+            cc.append(C[k, t_[sel] - 1, v_[sel]])
+            vals.append(-1.0)
+    rows.block("residency", m, np.concatenate(rr), np.concatenate(cc),
+               np.concatenate([np.broadcast_to(x, c.shape) for x, c in zip(vals, cc)]), -inf, 0.0)
+
+    # 3. exclusive: S[d,t,v] + R[d,t,v] + sum C[l->d,t,v] <= 1 (no second copy on one device)
+    cnt = (S[:, :T] >= 0).astype(np.int64) + (R >= 0)
+    for d in range(nD):
+        for k in Cin[d]:
+            cnt[d] += C[k] >= 0
+    d_, t_, v_ = np.nonzero(cnt >= 2)
+    m = d_.size
+    ar = np.arange(m)
+    rr, cc = [ar, ar], [S[d_, t_, v_], R[d_, t_, v_]]
+    for d in range(nD):
+        sel = d_ == d
+        for k in Cin[d]:
+            rr.append(ar[sel])
+            cc.append(C[k, t_[sel], v_[sel]])
+    rows.block("exclusive", m, np.concatenate(rr), np.concatenate(cc), 1.0, -inf, 1.0)
+
+    # 4. copy source resident at the start of the stage: C[l,t,v] <= S[a,t,v]
+    for k, (_, a, _) in enumerate(spec.links):
+        t_, v_ = np.nonzero(C[k] >= 0)
+        m = t_.size
+        ar = np.arange(m)
+        rows.block("copy-source", m, np.concatenate([ar, ar]), np.concatenate([C[k, t_, v_], S[a, t_, v_]]),
+                   np.concatenate([np.ones(m), -np.ones(m)]), -inf, 0.0)
+
+    # 5. first computation inside the window [pos, pos+K]; exactly once where `once`
+    win = _domain(spec.pos, spec.pos + spec.K, T)[None, :, :] & (R >= 0)
+    d_, t_, v_ = np.nonzero(win)
+    lo = np.ones(n)
+    hi = np.where(spec.once, 1.0, inf)
+    rows.block("compute", n, v_, R[d_, t_, v_], 1.0, lo, hi)
+    d_, t_, v_ = np.nonzero((R >= 0) & ~win)          # outside the window, `once` nodes have no R at all
+    assert not spec.once[v_].any()
+
+    # 6. required results resident somewhere at the end
+    req = np.flatnonzero(spec.required)
+    d_, j_ = np.nonzero(S[:, T, req] >= 0)
+    rows.block("required", req.size, j_, S[d_, T, req[j_]], 1.0, 1.0, inf)
+
+    # 7. memory per device and stage (scaled by the budget): all that is resident at the
+    #    start, computed or copied in during the stage, plus the largest workspace.
+    for d in range(nD):
+        if not spec.mem_row[d]:
+            continue
+        scale = 1.0 / max(spec.budget[d], 1.0)
+        rr, cc, vv = [], [], []
+        for arr in [S[d, :T], R[d]] + [C[k] for k in Cin[d]]:
+            t_, v_ = np.nonzero(arr >= 0)
+            rr.append(t_)
+            cc.append(arr[t_, v_])
+            vv.append(spec.nbytes[v_] * scale)
+        rr.append(np.arange(T))
+        cc.append(W[d])
+        vv.append(np.ones(T))
+        rows.block(f"memory@{spec.dev_names[d]}", T, np.concatenate(rr), np.concatenate(cc), np.concatenate(vv),
+                   -inf, 1.0 - MEM_SAFETY)
+        # workspace: W[d,t] >= ws[v] R[d,t,v]
+        t_, v_ = np.nonzero((R[d] >= 0) & has_ws[None, :])
+        m = t_.size
+        ar = np.arange(m)
+        rows.block(f"workspace@{spec.dev_names[d]}", m, np.concatenate([ar, ar]),
+                   np.concatenate([W[d, t_], R[d, t_, v_]]),
+                   np.concatenate([np.full(m, scale), -spec.ws[v_] * scale]), 0.0, inf)
+
+    # 8. stage time: tau[t] >= compute load of each device, >= copy load of each link
+    for d in range(nD):
+        t_, v_ = np.nonzero(R[d] >= 0)
+        rows.block(f"time@{spec.dev_names[d]}", T, np.concatenate([np.arange(T), t_]),
+                   np.concatenate([tau, R[d, t_, v_]]), np.concatenate([np.ones(T), -spec.ccost[d, v_]]), 0.0, inf)
+    for k in range(nL):
+        t_, v_ = np.nonzero(C[k] >= 0)
+        rows.block(f"time@link{k}", T, np.concatenate([np.arange(T), t_]),
+                   np.concatenate([tau, C[k, t_, v_]]), np.concatenate([np.ones(T), -spec.lcost[k, v_]]), 0.0, inf)
+
+    r = np.concatenate(rows.r)
+    c = np.concatenate(rows.c)
+    v = np.concatenate(rows.v)
+    o = np.lexsort((c, r))
+    r, c, v = r[o], c[o], v[o]
+    start = np.zeros(rows.m + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r, minlength=rows.m), out=start[1:])
+    return MilpArrays(spec=spec, ncol=ncol, cost=cost, lb=lb, ub=ub, integ=integ,
+                      row_lo=np.concatenate(rows.lo).astype(np.float64), row_hi=np.concatenate(rows.hi).astype(np.float64),
+                      start=start, index=c, value=v, R=R, S=S, C=C, tau=tau, W=W, row_kind=rows.kind)
+
+
+def row_activity(model: MilpArrays, x: np.ndarray) -> np.ndarray:
+    prod = model.value * x[model.index]
+    act = np.zeros(model.nrow)
+    rows = np.repeat(np.arange(model.nrow), np.diff(model.start))
+    np.add.at(act, rows, prod)
+    return act
+
+
+def violated_rows(model: MilpArrays, x: np.ndarray, tol: float = 1e-9) -> list[str]:
+    act = row_activity(model, x)
+    bad = np.flatnonzero((act < model.row_lo - tol) | (act > model.row_hi + tol))
+    bad_cols = np.flatnonzero((x < model.lb - tol) | (x > model.ub + tol))
+    out = []
+    starts = [s for s, _ in model.row_kind]
+    for i in bad[:5]:
+        k = int(np.searchsorted(starts, i, side="right") - 1)
+        out.append(f"{model.row_kind[k][1]} row {i - starts[k]}")
+    if bad_cols.size:
+        out.append(f"{bad_cols.size} columns out of bounds")
+    return out
+
+
+# ----------------------------------------------------------------------------- decisions
+
+@dataclass
+class Decisions:
+    """Integer decisions of one solution: sets of (device, stage, node) etc."""
+
+    R: np.ndarray   # (nD, T, n) bool
+    S: np.ndarray   # (nD, T+1, n) bool
+    C: np.ndarray   # (nL, T, n) bool
+
+    def stage_times(self, spec: ModelSpec) -> np.ndarray:
+        cc = np.nan_to_num(spec.ccost)
+        loads = [np.einsum("tn,n->t", self.R[d].astype(float), cc[d]) for d in range(spec.nD)]
+        loads += [np.einsum("tn,n->t", self.C[k].astype(float), spec.lcost[k]) for k in range(spec.nL)]
+        return np.max(np.array(loads), axis=0) if loads else np.zeros(spec.T)
+
+    def objective(self, spec: ModelSpec) -> float:
+        """Seconds: sum over stages of the slowest device or link."""
+        return float(self.stage_times(spec).sum()) / TIME_SCALE
+
+
+def decisions_from_x(model: MilpArrays, x: np.ndarray) -> Decisions:
+    xb = np.asarray(x) > 0.5
+
+    def get(idx):
+        out = np.zeros(idx.shape, dtype=bool)
+        m = idx >= 0
+        out[m] = xb[idx[m]]
+        return out
+
+    return Decisions(get(model.R), get(model.S), get(model.C))
+
+
+def x_from_decisions(model: MilpArrays, dec: Decisions) -> np.ndarray | None:
+    """Column values for the decisions, or None if some decision has no column."""
+    spec = model.spec
+    x = np.zeros(model.ncol)
+    for idx, val in ((model.R, dec.R), (model.S, dec.S), (model.C, dec.C)):
+        if (val & (idx < 0)).any():
+            return None
+        x[idx[val]] = 1.0
+    x[model.tau] = dec.stage_times(spec)
+    for d in range(spec.nD):
+        for t in range(spec.T):
+            c = model.W[d, t]
+            if c >= 0:
+                x[c] = (spec.ws * dec.R[d, t]).max(initial=0.0) / max(spec.budget[d], 1.0)
+    return x
+
+
+def order_of(graph: Graph, schedule: Schedule) -> np.ndarray | None:
+    """The schedule's first-computation order if it is a topological order of all nodes."""
+    a = graph.arrays
+    seen, order = set(), []
+    for x in schedule.instructions:
+        if type(x) is Compute:
+            v = a.index.get(x.node)
+            if v is not None and v not in seen:
+                seen.add(v)
+                order.append(v)
+    if len(order) != len(a.ids):
+        return None
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[np.array(order)] = np.arange(len(order))
+    for v in range(len(order)):
+        ins = a.inputs_of(v)
+        if ins.size and pos[ins].max() > pos[v]:
+            return None
+    return np.array(order, dtype=np.int64)
+
+
+def decisions_from_schedule(graph: Graph, cluster: Cluster, spec: ModelSpec, schedule: Schedule) -> Decisions | None:
+    """Stage the schedule: with exactly T-1 syncs (our own emitted format) the syncs
+    delimit the stages; otherwise a compute belongs to the stage of the next first
+    computation in list order (recomputations are pulled into the stage of the new
+    node that needs them). Returns None if the schedule does not fit the model's
+    stage structure (the caller then checks the rows anyway)."""
+    a = graph.arrays
+    ins = schedule.instructions
+    n, T = spec.n, spec.T
+    dloc = {spec.dev_names[k]: k for k in range(spec.nD)}
+    lloc = {(spec.dev_names[s], spec.dev_names[t]): k for k, (_, s, t) in enumerate(spec.links)}
+    nsync = sum(1 for x in ins if type(x) is Sync)
+    stage = np.zeros(len(ins), dtype=np.int64)
+    if nsync == T - 1:
+        s = 0
+        for i, x in enumerate(ins):
+            if type(x) is Sync:
+                s += 1
+            stage[i] = s
+    else:
+        if any(type(x) is Copy for x in ins):
+            return None
+        seen = set()
+        nxt = T - 1
+        first = np.full(len(ins), -1)
+        for i, x in enumerate(ins):
+            if type(x) is Compute:
+                v = a.index[x.node]
+                if v not in seen:
+                    seen.add(v)
+                    first[i] = spec.pos[v]
+        for i in range(len(ins) - 1, -1, -1):
+            if first[i] >= 0:
+                nxt = int(first[i])
+            stage[i] = nxt
+        # frees go with the stage of the instruction before them
+        for i, x in enumerate(ins):
+            if type(x) is Free:
+                stage[i] = stage[i - 1] if i else 0
+        if (np.diff(stage) < 0).any():
+            return None
+    R = np.zeros((spec.nD, T, n), dtype=bool)
+    S = np.zeros((spec.nD, T + 1, n), dtype=bool)
+    C = np.zeros((spec.nL, T, n), dtype=bool)
+    resident = np.zeros((spec.nD, n), dtype=bool)
+    cur = 0
+    for i, x in enumerate(ins):
+        while cur < stage[i]:
+            cur += 1
+            S[:, cur] = resident
+        tx = type(x)
+        if tx is Compute:
+            d = dloc.get(x.device)
+            if d is None:
+                return None
+            v = a.index[x.node]
+            R[d, cur, v] = True
+            resident[d, v] = True
+        elif tx is Copy:
+            k = lloc.get((x.src, x.dst))
+            if k is None:
+                return None
+            v = a.index[x.node]
+            C[k, cur, v] = True
+            resident[spec.links[k][2], v] = True
+        elif tx is Free:
+            d = dloc.get(x.device)
+            if d is None:
+                return None
+            resident[d, a.index[x.node]] = False
+    while cur < T:
+        cur += 1
+        S[:, cur] = resident
+    # residency beyond a value's usefulness is not a decision of the model: drop it
+    S &= _domain(spec.s_lo, spec.s_hi, T + 1)[None]
+    return Decisions(R, S, C)
+
+
+def emit(graph: Graph, spec: ModelSpec, dec: Decisions) -> list:
+    """Instructions: per stage, copies (they read only what was resident at the
+    stage start), then each device's computations in stage order, then frees of
+    whatever is not kept into the next stage, then a sync."""
+    ids = graph.arrays.ids
+    names = spec.dev_names
+    order = spec.order
+    out = []
+    T = spec.T
+    resident = np.zeros((spec.nD, spec.n), dtype=bool)
+    for t in range(T):
+        for k, (_, s, d) in enumerate(spec.links):
+            for v in order[dec.C[k, t, order]].tolist():
+                out.append(Copy(ids[v], names[s], names[d]))
+                resident[d, v] = True
+        for d in range(spec.nD):
+            for v in order[dec.R[d, t, order]].tolist():
+                out.append(Compute(ids[v], names[d]))
+                resident[d, v] = True
+        keep = dec.S[:, t + 1]
+        for d in range(spec.nD):
+            drop = resident[d] & ~keep[d]
+            for v in order[drop[order]].tolist():
+                out.append(Free(ids[v], names[d]))
+            resident[d] &= keep[d]
+        if t < T - 1:
+            out.append(Sync())
+    return out
