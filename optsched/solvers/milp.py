@@ -88,10 +88,11 @@ class MilpBug(RuntimeError):
 # ----------------------------------------------------------------------------- shared driver
 
 def _baselines(graph, cluster, options):
-    from .baselines import chen_sqrt, keep_everything
+    from . import baselines as B
 
+    fns = [getattr(B, nm) for nm in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, nm)]
     out = []
-    for fn in (keep_everything, chen_sqrt):
+    for fn in fns:
         try:
             s = fn(graph, cluster, replace(options, warm_start=None))
         except OptschedError:

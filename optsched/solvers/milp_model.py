@@ -345,7 +345,7 @@ def build_model(spec: ModelSpec) -> MilpArrays:
         ar = np.arange(m)
         rows.block(f"workspace@{spec.dev_names[d]}", m, np.concatenate([ar, ar]),
                    np.concatenate([W[d, t_], R[d, t_, v_]]),
-                   np.concatenate([np.full(m, scale), -spec.ws[v_] * scale]), 0.0, inf)
+                   np.concatenate([np.ones(m), -spec.ws[v_] * scale]), 0.0, inf)
 
     # 8. stage time: tau[t] >= compute load of each device, >= copy load of each link
     for d in range(nD):

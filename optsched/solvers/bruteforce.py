@@ -1,0 +1,125 @@
+"""Exhaustive optimum of the MILP's model, for tests on tiny graphs.
+
+Dynamic programming over the stages of the same `ModelSpec` the MILP uses
+(same order, window, devices, links and variable domains), written from the
+model's meaning rather than from its matrix: the state at a stage boundary is
+what each device holds and which nodes were ever computed; a stage chooses
+each device's computations, each link's copies and what each device keeps.
+Cost = sum over stages of the slowest device or link. Exponential: graphs of
+up to about 6 nodes on 1-2 devices.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations, product
+
+import numpy as np
+
+from ..cluster import Cluster
+from ..graph import Graph
+from .milp_model import TIME_SCALE, ModelSpec, make_spec
+from .options import SolveOptions
+
+
+def _subsets(items):
+    for k in range(len(items) + 1):
+        yield from combinations(items, k)
+
+
+def spec_for(graph: Graph, cluster: Cluster, options: SolveOptions, order=None) -> ModelSpec:
+    p = dict(options.params)
+    return make_spec(graph, cluster, order=order, recompute=options.recompute, swap=options.swap,
+                     devices=options.devices, host_compute=p.get("host_compute", True), window=p.get("window"))
+
+
+def bruteforce_optimum(spec: ModelSpec) -> float | None:
+    """Optimal objective in seconds, or None if the model is infeasible."""
+    n, T, nD, nL = spec.n, spec.T, spec.nD, spec.nL
+    ins = [spec.in_idx[spec.in_ptr[v]:spec.in_ptr[v + 1]].tolist() for v in range(n)]
+    runn = ~np.isnan(spec.ccost)
+    into = runn.copy()
+    for _, _, b in spec.links:
+        into[b] = True
+    bytes_ = spec.nbytes.tolist()
+    ws = spec.ws.tolist()
+    order = spec.order.tolist()
+    start = (tuple(frozenset() for _ in range(nD)), frozenset())
+    states = {start: 0.0}
+    for t in range(T):
+        nxt: dict = {}
+        due = {v for v in range(n) if spec.pos[v] + spec.K == t}
+        for (res, done), cost in states.items():
+            # computations per device
+            rc = []
+            for d in range(nD):
+                cand = [v for v in order if spec.r_lo[v] <= t <= spec.r_hi[v] and runn[d, v] and v not in res[d]
+                        and not (spec.once[v] and v in done)]
+                opts = []
+                for sub in _subsets(cand):
+                    have = set(res[d])
+                    ok = True
+                    for v in sub:            # `cand` is in stage order, so are the subsets
+                        if any(u not in have for u in ins[v]):
+                            ok = False
+                            break
+                        have.add(v)
+                    if ok:
+                        opts.append(frozenset(sub))
+                rc.append(opts)
+            for Rs in product(*rc):
+                seen = [v for Rd in Rs for v in Rd]
+                if any(spec.once[v] and seen.count(v) > 1 for v in seen):
+                    continue
+                done2 = done | set(seen)
+                if not due <= done2:
+                    continue
+                # copies per link
+                cc = []
+                for k, (_, a, b) in enumerate(spec.links):
+                    cand = [v for v in order if spec.s_lo[v] <= t <= min(spec.s_hi[v] - 1, T - 1) and v in res[a]
+                            and into[b, v] and v not in res[b] and v not in Rs[b]]
+                    cc.append([frozenset(s) for s in _subsets(cand)])
+                for Cs in product(*cc):
+                    incoming = [set() for _ in range(nD)]
+                    clash = False
+                    for k, (_, _, b) in enumerate(spec.links):
+                        if incoming[b] & Cs[k]:
+                            clash = True
+                            break
+                        incoming[b] |= Cs[k]
+                    if clash:
+                        continue
+                    over = False
+                    for d in range(nD):
+                        if not spec.mem_row[d]:
+                            continue
+                        held = res[d] | Rs[d] | incoming[d]
+                        mem = sum(bytes_[v] for v in held) + max((ws[v] for v in Rs[d]), default=0.0)
+                        if mem > spec.budget[d]:
+                            over = True
+                            break
+                    if over:
+                        continue
+                    loads = [sum(spec.ccost[d, v] for v in Rs[d]) for d in range(nD)]
+                    loads += [sum(spec.lcost[k, v] for v in Cs[k]) for k in range(nL)]
+                    c2 = cost + max(loads, default=0.0)
+                    keep_opts = []
+                    for d in range(nD):
+                        pool = [v for v in sorted(res[d] | Rs[d] | incoming[d])
+                                if spec.s_lo[v] <= t + 1 <= spec.s_hi[v]]
+                        keep_opts.append([frozenset(s) for s in _subsets(pool)])
+                    for keep in product(*keep_opts):
+                        key = (tuple(keep), frozenset(done2))
+                        if c2 < nxt.get(key, np.inf):
+                            nxt[key] = c2
+        states = nxt
+    best = None
+    req = set(np.flatnonzero(spec.required).tolist())
+    for (res, done), cost in states.items():
+        if req <= set().union(*res) and (best is None or cost < best):
+            best = cost
+    return None if best is None else best / TIME_SCALE
+
+
+def bruteforce(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions(), order=None) -> float | None:
+    return bruteforce_optimum(spec_for(graph, cluster, options, order))

@@ -1,0 +1,42 @@
+"""Tiny graphs and clusters for the MILP tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from optsched.cluster import Cluster, Device, Link
+from optsched.graph import Graph, Node, check_graph
+
+
+def small_dag(n: int, seed: int, *, ws: bool = False) -> Graph:
+    """n nodes: node 0 an input (not recomputable), the others read 1-2 earlier
+    nodes; sinks are required; random bytes, costs (cpu 3x slower), workspace."""
+    rng = np.random.default_rng(seed)
+    nodes = [Node("n0", "in", "input", (), {"cuda": 0.0, "cpu": 0.0}, int(rng.integers(1, 4)) * 100,
+                  recomputable=False)]
+    consumers = [0] * n
+    for i in range(1, n):
+        k = int(rng.integers(1, min(2, i) + 1))
+        ins = sorted(set(rng.choice(i, size=k, replace=False).tolist()))
+        for j in ins:
+            consumers[j] += 1
+        c = float(rng.integers(1, 6))
+        nodes.append(Node(f"n{i}", "op", "forward", tuple(f"n{j}" for j in ins), {"cuda": c, "cpu": 3 * c},
+                          int(rng.integers(1, 4)) * 100, int(rng.integers(0, 2)) * 50 if ws else 0))
+    nodes = [Node(x.id, x.op, x.kind, x.inputs, x.cost, x.bytes, x.workspace, x.recomputable,
+                  required=consumers[i] == 0) for i, x in enumerate(nodes)]
+    return check_graph(Graph(tuple(nodes), name=f"dag-{n}-{seed}"))
+
+
+def one_gpu(mem: int) -> Cluster:
+    return Cluster((Device("gpu0", "cuda", int(mem)),))
+
+
+def gpu_host(mem: int, bandwidth: float = 200.0, host_compute: bool = True) -> Cluster:
+    devs = (Device("gpu0", "cuda", int(mem)), Device("host", "cpu", 10**9))
+    return Cluster(devs, (Link("gpu0", "host", bandwidth), Link("host", "gpu0", bandwidth)))
+
+
+def two_gpus(mem: int, bandwidth: float = 200.0) -> Cluster:
+    devs = (Device("gpu0", "cuda", int(mem)), Device("gpu1", "cuda", int(mem)))
+    return Cluster(devs, (Link("gpu0", "gpu1", bandwidth), Link("gpu1", "gpu0", bandwidth)))

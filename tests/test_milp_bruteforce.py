@@ -1,0 +1,62 @@
+"""The MILP's optimum equals the exhaustive optimum of the same model on tiny DAGs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from optsched.errors import InfeasibleError
+from optsched.graph import memory_lower_bound
+from optsched.simulate import simulate
+from optsched.solvers import SolveOptions, solve
+from optsched.solvers.baselines import keep_everything
+from optsched.solvers.bruteforce import bruteforce
+
+from milp_graphs import gpu_host, one_gpu, small_dag, two_gpus
+
+CASES = [(n, seed, kind) for n in (3, 4, 5) for seed in range(4)
+         for kind in ("one", "one-norecompute", "host-swap", "host-noswap", "two")]
+CASES += [(6, seed, "one") for seed in range(4)]
+
+
+def _cluster(kind, mem):
+    if kind.startswith("one"):
+        return one_gpu(mem), {}
+    if kind == "host-swap":
+        return gpu_host(mem), {}
+    if kind == "host-noswap":
+        return gpu_host(mem), {"swap": False}
+    return two_gpus(mem), {}
+
+
+@pytest.mark.parametrize("n,seed,kind", CASES)
+def test_milp_equals_exhaustive(n, seed, kind):
+    g = small_dag(n, seed, ws=seed % 2 == 1)
+    lb = memory_lower_bound(g)
+    ke = simulate(g, one_gpu(10**9), keep_everything(g, one_gpu(10**9))).peak["gpu0"]
+    frac = (0.2, 0.5, 0.8, 1.0)[seed % 4]
+    mem = lb + int(frac * (ke - lb))
+    cl, kw = _cluster(kind, mem)
+    opts = SolveOptions(time_limit=30, gap=0.0, warm_start=keep_everything(g, cl),
+                        recompute=kind != "one-norecompute", **kw)
+    best = bruteforce(g, cl, opts)
+    try:
+        s = solve(g, cl, "milp", opts)
+    except InfeasibleError:
+        assert best is None
+        return
+    r = s.report
+    sim = simulate(g, cl, s)
+    assert sim.valid
+    if best is None:
+        # the model is infeasible; the MILP may only return a baseline that the simulator accepts
+        assert r.extra.get("fallback")
+        return
+    if r.extra.get("fallback"):
+        assert sim.makespan <= best + 1e-9
+        assert r.extra.get("milp_objective", best) == pytest.approx(best, abs=1e-9) or r.status == "infeasible"
+        return
+    assert r.status == "optimal"
+    assert math.isclose(r.objective, best, rel_tol=1e-9, abs_tol=1e-9), (r.objective, best)
+    assert sim.makespan <= r.objective * (1 + 1e-9)
