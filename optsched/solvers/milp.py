@@ -308,8 +308,9 @@ def _pulp(graph, cluster, options, solver_name):
     if options.write_model:
         write_model(model, options.write_model)
     prob = pulp.LpProblem("optsched", pulp.LpMinimize)
-    xs = [pulp.LpVariable(f"x{j}", lowBound=model.lb[j], upBound=None if math.isinf(model.ub[j]) else model.ub[j],
-                          cat=pulp.LpInteger if model.integ[j] else pulp.LpContinuous) for j in range(model.ncol)]
+    make = getattr(prob, "add_variable", None) or pulp.LpVariable
+    xs = [make(f"x{j}", lowBound=model.lb[j], upBound=None if math.isinf(model.ub[j]) else model.ub[j],
+               cat=pulp.LpInteger if model.integ[j] else pulp.LpContinuous) for j in range(model.ncol)]
     prob += pulp.lpSum(model.cost[j] * xs[j] for j in np.flatnonzero(model.cost).tolist())
     st, idx, val = model.start.tolist(), model.index.tolist(), model.value.tolist()
     for i in range(model.nrow):

@@ -1,0 +1,196 @@
+"""The MILP scheduler: validity, known cases, backends, controls, infeasibility."""
+
+from __future__ import annotations
+
+import time
+
+import highspy
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from optsched import generate
+from optsched.cluster import Cluster, Device, Link, single_accelerator
+from optsched.errors import InfeasibleError
+from optsched.graph import Graph, Node, check_graph, memory_lower_bound
+from optsched.schedule import Copy
+from optsched.simulate import simulate
+from optsched.solvers import SolveOptions, get_solver, solve
+from optsched.solvers import baselines as B
+from optsched.solvers.milp_model import build_model, make_spec
+
+from milp_graphs import gpu_host, one_gpu, small_dag
+
+BASELINES = [getattr(B, n) for n in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, n)]
+
+
+def _peak(g, cl, s):
+    return simulate(g, cl, s).peak
+
+
+def _ke_peak(g):
+    big = one_gpu(10**12)
+    return _peak(g, big, B.keep_everything(g, big))["gpu0"]
+
+
+# ------------------------------------------------------------------ property: valid and no worse than baselines
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nf=st.integers(2, 4), seed=st.integers(0, 10**6), frac=st.floats(0.3, 1.0), host=st.booleans())
+def test_milp_valid_and_no_worse_than_baselines(nf, seed, frac, host):
+    g = generate.random_training_graph(nf, seed)
+    lb, ke = memory_lower_bound(g), _ke_peak(g)
+    mem = lb + int(frac * (ke - lb))
+    cl = single_accelerator(mem) if host else one_gpu(mem)
+    try:
+        s = solve(g, cl, "milp", time_limit=10, gap=0.0)
+    except InfeasibleError as e:
+        assert str(lb) in str(e)
+        for fn in BASELINES:
+            try:
+                assert not simulate(g, cl, fn(g, cl)).valid
+            except Exception:
+                pass
+        return
+    r = simulate(g, cl, s)
+    assert r.valid, r.violation
+    assert r.makespan <= s.report.objective * (1 + 1e-9)
+    assert s.report.extra["makespan"] == pytest.approx(r.makespan)
+    for fn in BASELINES:
+        try:
+            b = simulate(g, cl, fn(g, cl))
+        except Exception:
+            continue
+        if b.valid:
+            assert r.makespan <= b.makespan * (1 + 1e-9), fn.__name__
+
+
+# ------------------------------------------------------------------ known cases
+
+def test_chain_sqrt_checkpointing_is_optimal_up_to_rounding():
+    g = generate.chain_graph(9)
+    big = one_gpu(10**12)
+    chen = B.chen_sqrt(g, big)
+    cr = simulate(g, big, chen)
+    cl = one_gpu(cr.peak["gpu0"])
+    s = solve(g, cl, "milp", time_limit=60, gap=0.0)
+    r = simulate(g, cl, s)
+    assert r.valid and s.report.status == "optimal"
+    assert r.makespan <= cr.makespan + 1e-12
+    # recomputation is needed at this budget, and the optimum saves at most one segment over sqrt(n)
+    ke = simulate(g, big, B.keep_everything(g, big)).makespan
+    assert r.makespan > ke
+    assert r.recompute_time >= cr.recompute_time - 3 * 1e-3 - 1e-12
+
+
+def test_swapping_beats_recomputation_when_the_link_is_fast():
+    g = generate.chain_graph(6, act_bytes=1000, cost=1e-3)
+    big = one_gpu(10**12)
+    mem = simulate(g, big, B.chen_sqrt(g, big)).peak["gpu0"]
+    fast = Cluster((Device("gpu0", "cuda", mem), Device("host", "cpu", 10**9)),
+                   (Link("gpu0", "host", 1e9), Link("host", "gpu0", 1e9)))
+    opts = dict(time_limit=60, gap=0.0, params={"host_compute": False})
+    swap = solve(g, fast, "milp", **opts)
+    noswap = solve(g, fast, "milp", swap=False, **opts)
+    rs, rn = simulate(g, fast, swap), simulate(g, fast, noswap)
+    assert rs.valid and rn.valid
+    assert rs.swap_out_bytes > 0 and any(type(x) is Copy for x in swap.instructions)
+    assert rn.recomputed > 0 and rn.transfer_bytes == 0
+    assert rs.makespan < rn.makespan - 1e-6
+
+
+def test_two_devices_split_beats_one():
+    z = {"cuda": 0.0, "cpu": 0.0}
+    nodes = (Node("x", "in", "input", (), z, 10, recomputable=False),
+             Node("a", "op", "forward", ("x",), {"cuda": 5.0}, 10),
+             Node("b", "op", "forward", ("x",), {"cuda": 5.0}, 10),
+             Node("c", "op", "forward", ("a", "b"), {"cuda": 1.0}, 10, required=True))
+    g = check_graph(Graph(nodes, name="fork"))
+    devs = (Device("gpu0", "cuda", 1000), Device("gpu1", "cuda", 1000))
+    cl = Cluster(devs, (Link("gpu0", "gpu1", 1000.0), Link("gpu1", "gpu0", 1000.0)))
+    two = solve(g, cl, "milp", time_limit=30, gap=0.0)
+    one = solve(g, cl, "milp", time_limit=30, gap=0.0, devices=1)
+    r2, r1 = simulate(g, cl, two), simulate(g, cl, one)
+    assert r2.valid and r1.valid
+    assert r1.makespan == pytest.approx(11.0)
+    assert r2.makespan < 7.0
+    assert r2.busy["gpu0"] > 0 and r2.busy["gpu1"] > 0
+
+
+def test_highs_and_pulp_cbc_agree():
+    g = small_dag(5, 3, ws=True)
+    lb, ke = memory_lower_bound(g), _ke_peak(g)
+    cl = gpu_host(lb + (ke - lb) // 2)
+    h = solve(g, cl, "milp", time_limit=30, gap=0.0)
+    p = solve(g, cl, "pulp", time_limit=30, gap=0.0)
+    q = get_solver("pulp:PULP_CBC_CMD")(g, cl, SolveOptions(time_limit=30, gap=0.0))
+    assert h.report.status == p.report.status == "optimal"
+    assert h.report.objective == pytest.approx(p.report.objective, rel=1e-7)
+    assert q.report.objective == pytest.approx(p.report.objective, rel=1e-7)
+    assert simulate(g, cl, p).valid
+
+
+@pytest.mark.parametrize("ext", ["mps", "lp"])
+def test_write_model_is_readable(tmp_path, ext):
+    g = small_dag(4, 1)
+    cl = gpu_host(10**6)
+    path = tmp_path / f"model.{ext}"
+    solve(g, cl, "milp", time_limit=10, write_model=str(path))
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    assert h.readModel(str(path)) == highspy.HighsStatus.kOk
+    spec = make_spec(g, cl)
+    assert h.getNumCol() == build_model(spec).ncol
+    h.run()
+    assert h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+
+
+def test_infeasible_budget_says_both_numbers():
+    g = generate.random_training_graph(3, 1)
+    lb = memory_lower_bound(g)
+    cl = one_gpu(lb - 1)
+    with pytest.raises(InfeasibleError) as e:
+        solve(g, cl, "milp", time_limit=10)
+    msg = str(e.value)
+    assert str(lb) in msg and "smallest budget at which a schedule was found" in msg
+    assert str(_ke_peak(g)) in msg or "bytes)" in msg.split("found:")[1]
+
+
+# ------------------------------------------------------------------ controls, scale
+
+def test_time_limit_progress_and_warm_start():
+    g = generate.random_training_graph(12, 3)
+    ke = _ke_peak(g)
+    cl = single_accelerator(int(0.6 * ke), gpus=2)
+    seen = []
+    s = solve(g, cl, "milp", time_limit=3, gap=0.0, progress=seen.append)
+    r = simulate(g, cl, s)
+    assert r.valid
+    assert s.report.status in ("time_limit", "optimal")
+    assert seen and {"incumbent", "bound", "gap", "elapsed"} <= set(seen[0])
+    rep = s.report
+    assert rep.bound is not None and rep.bound <= rep.objective + 1e-12
+    assert rep.extra["build_time"] < 5
+    # our own emitted schedule is accepted back as a warm start
+    again = solve(g, cl, "milp", time_limit=1, warm_start=s)
+    assert "accepted" in again.report.extra["warm_start"]
+    assert again.report.objective <= rep.objective + 1e-12
+
+
+def test_baseline_warm_start_accepted_and_recompute_off():
+    g = generate.random_training_graph(6, 2)
+    cl = one_gpu(_ke_peak(g))
+    s = solve(g, cl, "milp", time_limit=10, gap=0.0, recompute=False)
+    assert "accepted" in s.report.extra["warm_start"]
+    assert simulate(g, cl, s).recomputed == 0
+
+
+def test_build_time_500_nodes():
+    g = generate.random_training_graph(160)
+    assert 450 <= len(g) <= 550
+    cl = single_accelerator(10**7, gpus=2)
+    t = time.perf_counter()
+    m = build_model(make_spec(g, cl))
+    assert time.perf_counter() - t < 5.0
+    assert m.start[-1] == m.index.size and np.all(np.diff(m.start) >= 0)
