@@ -169,12 +169,12 @@ def _best_fitting(graph: Graph, cluster: Cluster, name: str, options: SolveOptio
     if "budget" in options.params:
         grid = [float(options.params["budget"])]
     best, best_peak, tried = None, None, set()
-    for b in grid:
-        dropped = frozenset(_greedy_segments(graph, forward, candidates, b))
-        if dropped in tried:
+    for b in [None, *grid]:     # None: nothing dropped, in plain topological order
+        dropped = frozenset() if b is None else frozenset(_greedy_segments(graph, forward, candidates, b))
+        if b is not None and dropped in tried:
             continue
         tried.add(dropped)
-        computes = checkpoint_computes(graph, dropped, late)
+        computes = graph.arrays.topo.tolist() if b is None else checkpoint_computes(graph, dropped, late)
         sched = Schedule(tuple(sequential_instructions(graph, dev.name, computes)), graph=graph.name)
         r = simulate(graph, cluster, sched)
         pk = r.peak[dev.name]
@@ -188,7 +188,7 @@ def _best_fitting(graph: Graph, cluster: Cluster, name: str, options: SolveOptio
                               hint="raise the budget, or use a solver that swaps (offload-all, heuristic)")
     _, sched, b, ndrop, r = best
     ex = dict(extra or {})
-    ex.update(segment_budget=b, checkpoints=len(forward) - ndrop, peak=r.peak)
+    ex.update(segment_budget=b if b is not None else float("inf"), checkpoints=len(forward) - ndrop, peak=r.peak)
     return Schedule(sched.instructions, SolveReport(name, "heuristic", objective=r.makespan,
                                                     solve_time=time.perf_counter() - t0, extra=ex),
                     graph=graph.name)

@@ -398,11 +398,23 @@ def memory_pass(graph: Graph, cluster: Cluster, place: np.ndarray, devs: list[in
                 if freed >= need:
                     break
                 v = int(live[k])
-                cands = [e for e in peaks if runnable[e, v] and peaks[e] + a.bytes[v] <= budget[e]]
+                if place[v] != d:
+                    continue
+                # v with its chain of sole consumers, so v's output does not come back to d
+                group = [v]
+                while len(group) < 32:
+                    u = group[-1]
+                    if out_ptr[u + 1] - out_ptr[u] != 1:
+                        break
+                    c = int(out_idx[out_ptr[u]])
+                    if place[c] != d or in_ptr[c + 1] - in_ptr[c] != 1:
+                        break
+                    group.append(c)
+                cands = [e for e in peaks if runnable[e, group].all() and peaks[e] + a.bytes[v] <= budget[e]]
                 if not cands:
                     continue
                 e = min(cands, key=lambda x: peaks[x])
-                place[v] = e
+                place[group] = e
                 peaks[e] += int(a.bytes[v])
                 freed += int(a.bytes[v])
                 moved = True

@@ -1,0 +1,164 @@
+"""Heuristic solvers and baselines: every schedule they return passes the
+simulator, or they raise InfeasibleError; known cases behave sensibly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from optsched.cluster import single_accelerator
+from optsched.errors import InfeasibleError
+from optsched.generate import chain_graph, random_training_graph
+from optsched.graph import check_graph
+from optsched.simulate import simulate
+from optsched.solvers import SOLVERS, SolveOptions, keep_everything
+from optsched.solvers.coarsen import coarsen, expand, solve_coarsened
+
+HEURISTICS = ["heuristic", "metf", "offload-all", "dtr", "chen-greedy", "articulation"]
+
+
+def keep_peak(graph) -> int:
+    big = single_accelerator(10**15)
+    return simulate(graph, big, keep_everything(graph, big)).peak["gpu0"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 24), seed=st.integers(0, 10**6), gpus=st.integers(1, 4),
+       frac=st.floats(0.05, 1.3), window=st.integers(1, 4), params=st.booleans())
+def test_every_schedule_is_valid_or_infeasible(n, seed, gpus, frac, window, params):
+    g = random_training_graph(n, seed, window=window, params=params)
+    cl = single_accelerator(max(1, int(keep_peak(g) * frac)), gpus=gpus)
+    for name in HEURISTICS:
+        try:
+            s = SOLVERS[name](g, cl, SolveOptions())
+        except InfeasibleError as e:
+            assert str(e)
+            continue
+        r = simulate(g, cl, s)
+        assert r.valid, (name, r.violation)
+        if s.report.objective is not None:
+            assert s.report.objective == pytest.approx(r.makespan)
+
+
+@pytest.mark.parametrize("name", HEURISTICS)
+def test_ample_memory_needs_no_recomputation(name):
+    g = random_training_graph(30, 1)
+    cl = single_accelerator(10**12, gpus=2)
+    r = simulate(g, cl, SOLVERS[name](g, cl, SolveOptions()))
+    assert r.valid and r.recomputed == 0
+
+
+def test_heuristic_fits_where_keep_everything_does_not():
+    g = random_training_graph(60, 3)
+    pk = keep_peak(g)
+    cl = single_accelerator(int(pk * 0.35), gpus=1)
+    assert not simulate(g, cl, keep_everything(g, cl)).valid
+    for name in ("heuristic", "offload-all", "metf"):
+        r = simulate(g, cl, SOLVERS[name](g, cl, SolveOptions()))
+        assert r.valid and r.peak["gpu0"] <= cl.devices[0].memory
+
+
+def test_offload_all_swaps_every_activation_and_hides_transfers():
+    g = chain_graph(20, act_bytes=1_000_000, cost=1e-3)
+    cl = single_accelerator(8_000_000)
+    s = SOLVERS["offload-all"](g, cl, SolveOptions())
+    r = simulate(g, cl, s)
+    assert r.valid and r.swap_out_bytes >= 19 * 1_000_000
+    base = simulate(g, single_accelerator(10**12), keep_everything(g, single_accelerator(10**12)))
+    assert r.makespan <= base.makespan * 1.1      # 1 MB at 16 GB/s hides behind 1 ms layers
+
+
+def test_dtr_recomputes_on_a_chain():
+    g = chain_graph(20)
+    cl = single_accelerator(int(keep_peak(g) * 0.4))
+    r = simulate(g, cl, SOLVERS["dtr"](g, cl, SolveOptions()))
+    assert r.valid and r.recomputed > 0 and r.transfer_bytes == 0
+
+
+@pytest.mark.parametrize("name", ["chen-greedy", "articulation"])
+def test_checkpoint_baselines_on_a_chain(name):
+    n = 36
+    g = chain_graph(n)
+    pk = keep_peak(g)
+    # ample memory: nothing recomputed
+    cl = single_accelerator(pk)
+    r = simulate(g, cl, SOLVERS[name](g, cl, SolveOptions()))
+    assert r.valid and r.recomputed == 0
+    # tight memory: a few checkpoints, each forward node recomputed at most once
+    cl = single_accelerator(int(pk * 0.35))
+    s = SOLVERS[name](g, cl, SolveOptions())
+    r = simulate(g, cl, s)
+    assert r.valid and r.peak["gpu0"] <= cl.devices[0].memory
+    assert 0 < r.recomputed < n
+    assert 2 <= s.report.extra["checkpoints"] <= n // 2
+    # impossible memory: plain refusal
+    with pytest.raises(InfeasibleError):
+        SOLVERS[name](g, single_accelerator(int(pk * 0.05)), SolveOptions())
+
+
+def test_infeasible_below_the_largest_operation():
+    g = chain_graph(10)
+    cl = single_accelerator(500_000)       # one activation is 1 MB
+    for name in HEURISTICS:
+        with pytest.raises(InfeasibleError):
+            SOLVERS[name](g, cl, SolveOptions())
+
+
+# ----------------------------------------------------------------- coarsening
+
+def forward_chain_graph(n: int):
+    """An inference-like graph: a chain with no backward readers, so it folds."""
+    from optsched.graph import Graph, Node
+
+    z = {"cuda": 0.0, "cpu": 0.0}
+    nodes = [Node("x", "data", "input", (), z, 1000, recomputable=False)]
+    prev = "x"
+    for i in range(n):
+        nodes.append(Node(f"a{i}", "op", "forward", (prev,), {"cuda": 1e-3, "cpu": 1e-2}, 1000 * (1 + i % 3),
+                          workspace=100 * (i % 2)))
+        prev = f"a{i}"
+    nodes.append(Node("out", "loss", "loss", (prev,), {"cuda": 1e-4, "cpu": 1e-3}, 4, required=True))
+    return check_graph(Graph(tuple(nodes), name=f"fchain-{n}"))
+
+
+def test_coarsen_folds_chains_and_expands_to_a_valid_schedule():
+    g = forward_chain_graph(40)
+    c, m = coarsen(g, max_len=8, max_need=10**9)
+    check_graph(c)
+    assert len(c) < len(g) // 3
+    assert sorted(x for f in m.values() for x in f) == sorted(n.id for n in g.nodes)
+    cl = single_accelerator(10**9, gpus=2)
+    for name in ("keep-everything", "heuristic", "dtr"):
+        coarse_s = SOLVERS[name](c, cl, SolveOptions())
+        rc = simulate(c, cl, coarse_s)
+        fine = expand(coarse_s, m, g)
+        rf = simulate(g, cl, fine)
+        assert rf.valid
+        assert rf.makespan == pytest.approx(rc.makespan)
+        assert max(rf.peak.values()) <= max(rc.peak.values())
+
+
+def test_coarsen_respects_the_memory_lower_bound():
+    g = forward_chain_graph(30)
+    from optsched.graph import memory_lower_bound
+
+    c, _ = coarsen(g)
+    assert memory_lower_bound(c) <= memory_lower_bound(g)
+    # a budget at the fine lower bound stays feasible on the coarse graph
+    cl = single_accelerator(memory_lower_bound(g) + 8)
+    s = solve_coarsened(g, cl, "dtr")
+    assert simulate(g, cl, s).valid
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 20), seed=st.integers(0, 10**6), frac=st.floats(0.2, 1.2))
+def test_coarse_schedules_expand_valid(n, seed, frac):
+    g = random_training_graph(n, seed, window=1, params=False)
+    cl = single_accelerator(max(1, int(keep_peak(g) * frac)), gpus=2)
+    try:
+        s = solve_coarsened(g, cl, "heuristic", max_need=10**12)
+    except InfeasibleError:
+        return
+    assert simulate(g, cl, s).valid
