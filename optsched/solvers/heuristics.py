@@ -34,7 +34,7 @@ from ..simulate import simulate
 from .memplan import find_host, plan
 from .options import SolveOptions
 from .partition import metf as metf_place
-from .partition import pardnn, placement_devices
+from .partition import node_time_on, pardnn, placement_devices
 from .sequential import pick_device
 
 _FORWARD = KINDS.index("forward")
@@ -88,6 +88,18 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
     devs = placement_devices(graph, cluster, options.devices)
     place, order, est = pardnn(graph, cluster, devs, memory_rounds=int(p.get("memory_rounds", 6)))
     t_place = time.perf_counter() - t0
+    verify = bool(p.get("verify", True))
+    compare = p.get("compare_single", len(graph) <= 20000) and verify
+    if len(devs) > 1 and not compare:
+        # no simulator to arbitrate: keep the placement only if its list schedule beats one device
+        multi = float((est + node_time_on(graph, cluster, place)).max()) if len(graph) else 0.0
+        try:
+            splace, sorder, sest = _single_device_inputs(graph, cluster, options)
+            single = float((sest + node_time_on(graph, cluster, splace)).max()) if len(graph) else 0.0
+            if multi >= 0.98 * single:
+                place, order, est = splace, sorder, sest
+        except Exception:  # noqa: BLE001 - some node cannot run on one accelerator: keep the placement
+            pass
 
     def build(scale):
         return plan(graph, cluster, place, order, est, policy=policy, swap=options.swap,
@@ -99,8 +111,7 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
                         extra={"devices": len(set(place.tolist())), "placement_time": t_place})
     except InfeasibleError as e:
         err = e
-    compare = p.get("compare_single", len(graph) <= 20000)
-    if len(devs) > 1 and compare and p.get("verify", True):
+    if len(devs) > 1 and compare:
         try:
             splace, sorder, sest = _single_device_inputs(graph, cluster, options)
             single = _checked(graph, cluster, "heuristic", options,
@@ -112,6 +123,16 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
         except (InfeasibleError, Exception) as e:  # noqa: BLE001 - the multi-device plan may still stand
             if best is None and isinstance(e, InfeasibleError) is False:
                 raise
+    if compare and options.swap:
+        # vDNN-style offloading on one device is sometimes the better plan (long sequential graphs)
+        try:
+            off = offload_all(graph, cluster, options)
+            if best is None or off.report.objective < best.report.objective:
+                best = Schedule(off.instructions, SolveReport("heuristic", "heuristic", objective=off.report.objective,
+                                                              extra={**dict(off.report.extra), "devices": 1,
+                                                                     "variant": "offload"}), graph=graph.name)
+        except InfeasibleError:
+            pass
     if best is None:
         raise err
     r = best.report

@@ -42,7 +42,7 @@ from ..schedule import Compute, Copy, Free, Instruction, Sync
 from ..units import format_size
 
 _BACKWARD = (KINDS.index("backward"), KINDS.index("optimizer"), KINDS.index("loss"))
-_SAMPLE = 48   # eviction candidates examined per eviction when many are resident
+_SAMPLE = 24   # eviction candidates examined per eviction when many are resident
 
 
 def find_host(cluster: Cluster, accel: list[int]) -> int | None:
@@ -60,7 +60,7 @@ def find_host(cluster: Cluster, accel: list[int]) -> int | None:
 
 def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str = "capuchin", swap: bool = True,
          recompute: bool = True, offload=None, budget_scale: float = 1.0, lookahead: float = 1.5,
-         prefetch: bool = True, seed: int = 0) -> list[Instruction]:
+         prefetch: bool = True, prefetch_room: float = 0.9, seed: int = 0) -> list[Instruction]:
     """Instructions for computing `order` (node positions) with node v on device
     `place[v]`, within every device's budget. Raises InfeasibleError when it
     cannot make room."""
@@ -179,19 +179,23 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
 
     def add_res(d: int, u: int) -> None:
         res[d][u] = 1
-        rpos[d][u] = len(rlist[d])
-        rlist[d].append(u)
         ncopies[u] += 1
+        if nbytes[u]:              # empty tensors are never worth evicting
+            rpos[d][u] = len(rlist[d])
+            rlist[d].append(u)
 
     def drop_res(d: int, u: int) -> None:
         res[d][u] = 0
-        lst, p = rlist[d], rpos[d][u]
+        ncopies[u] -= 1
+        p = rpos[d][u]
+        if p < 0:
+            return
+        lst = rlist[d]
         last = lst.pop()
         if last != u:
             lst[p] = last
             rpos[d][last] = p
         rpos[d][u] = -1
-        ncopies[u] -= 1
 
     def set_dirty(d: int, u: int, val: int) -> None:
         if not dirty[d][u]:
@@ -310,12 +314,15 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
                 if key[0] < 0:
                     break
         if best is None and len(lst) > _SAMPLE:
-            for u in lst:       # the sample missed every evictable tensor: look at all
+            # the sample missed every evictable tensor: look further, from another offset
+            k = rng.randrange(len(lst))
+            for u in lst[k:] + lst[:k]:
                 if pc[u]:
                     continue
                 key = victim_score(u, d, i, tnow)
                 if key is not None and (best_key is None or key[:2] < best_key[:2]):
                     best, best_key = u, key
+                    break
         if best is None:
             return False
         u, act = best, best_key[2]
@@ -458,8 +465,10 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
             state["t"] = est_order[i]
             for (u, d2) in prefetch_at.pop(i, ()):
                 if not res[d2][u] and host is not None and res[host][u] and next_use(u, d2, i - 1) >= 0:
-                    if make_room(d2, nbytes[u], False, None, evict=False):
-                        copy(u, host, d2, None, evict=False)
+                    # prefetch only into free room: syncing or evicting for it thrashes
+                    if peak_since[d2] + nbytes[u] <= budget[d2] * prefetch_room or offload_set:
+                        if make_room(d2, nbytes[u], False, None, evict=False):
+                            copy(u, host, d2, None, evict=False)
             d = place[v]
             if not runnable(v, d):
                 raise InfeasibleError(f"node {ids[v]!r} is placed on {names[d]!r}, which cannot run it")
