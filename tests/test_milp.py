@@ -194,3 +194,11 @@ def test_build_time_500_nodes():
     m = build_model(make_spec(g, cl))
     assert time.perf_counter() - t < 5.0
     assert m.start[-1] == m.index.size and np.all(np.diff(m.start) >= 0)
+
+
+def test_pulp_named_solver_missing_is_a_plain_error():
+    from optsched.errors import OptschedError
+
+    g = small_dag(3, 0)
+    with pytest.raises(OptschedError, match="not available"):
+        get_solver("pulp:NO_SUCH_SOLVER_CMD")(g, one_gpu(10**6), SolveOptions(time_limit=5))

@@ -331,9 +331,13 @@ def _pulp(graph, cluster, options, solver_name):
     if options.threads:
         kw["threads"] = int(options.threads)
     try:
-        solver = pulp.getSolver(solver_name, **kw)
-    except TypeError:
-        solver = pulp.getSolver(solver_name)
+        try:
+            solver = pulp.getSolver(solver_name, **kw)
+        except TypeError:
+            solver = pulp.getSolver(solver_name)
+    except (KeyError, pulp.PulpSolverError):
+        raise OptschedError(f"PuLP solver {solver_name!r} is not available on this machine",
+                            hint="pulp.listSolvers(onlyAvailable=True) lists those that are") from None
     if not solver.available():
         raise OptschedError(f"PuLP solver {solver_name!r} is not available on this machine",
                             hint="pulp.listSolvers(onlyAvailable=True) lists those that are")
