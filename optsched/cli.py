@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 
 from .cluster import Cluster, check_cluster, single_accelerator
-from .errors import OptschedError
+from .errors import InfeasibleError, OptschedError
 from .graph import Graph, largest_operation
 from .units import format_size, format_time, parse_bandwidth, parse_size, parse_time
 
@@ -225,9 +225,8 @@ def cmd_solve(args) -> int:
         msg = s["violation"]["message"]
         if args.json:
             _emit(args, s)
-        print(f"optsched: {args.solver} found no schedule that fits: {msg}; nothing written"
-              + ("" if args.solver == "milp" else " (try --solver chen-sqrt or milp, or a larger --mem)"),
-              file=sys.stderr)
+        print(f"optsched: {args.solver} found no schedule that fits: {msg}; nothing written "
+              "(try --solver heuristic or milp, or a larger --mem)", file=sys.stderr)
         return 1
     if args.output:
         save_schedule(replace(sched, graph=g.name), args.output)
@@ -329,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
+    except InfeasibleError as e:
+        print(f"optsched: no schedule fits: {e.render()}", file=sys.stderr)
+        return 1
     except OptschedError as e:
         print(f"optsched: error: {e.render()}", file=sys.stderr)
         return 2

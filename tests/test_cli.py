@@ -156,3 +156,18 @@ def test_console_script_has_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "optsched.cli", "info", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "bad.json" in proc.stderr
+
+
+def test_no_schedule_fits_is_exit_1(capsys, tmp_path):
+    out_file = tmp_path / "s.json"
+    code, _, err = run(capsys, "solve", "example:bert_l3", "--mem", "1GB", "--solver", "chen-greedy", "-o", out_file)
+    assert code == 1 and "no schedule fits" in err and "1.00 GB" in err
+    assert not out_file.exists()
+
+
+@pytest.mark.parametrize("solver", ["heuristic", "dtr", "offload-all"])
+def test_heuristic_solvers_through_cli(capsys, solver):
+    code, out, err = run(capsys, "solve", "example:bert_l3", "--mem", "1GB", "--solver", solver, "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["valid"] and s["devices"][0]["peak_bytes"] <= 10**9 and s["overhead"] >= 0
