@@ -128,11 +128,11 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
                        recompute_time, recomputed, transfer_time, transfer_bytes, swap_out, swap_in, busy,
                        start, end, {})
 
-    def release(d, t, delta, i, key):
+    def release(d, t, delta, i, in_list_order):
         ev_dev.append(d)
         ev_time.append(t)
         ev_delta.append(-delta)
-        ev_prio.append(2 if alloc_at.get(key, -1.0) >= t or zero_read.pop(key, -1.0) == t else 0)
+        ev_prio.append(2 if in_list_order else 0)
         ev_ins.append(i)
 
     for i, x in enumerate(ins):
@@ -172,7 +172,7 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
                 k = in_idx[j] * nd + d
                 if last_read[k] < e:
                     last_read[k] = e
-            if dur == 0:
+            if e == s:      # zero-length, also when dur is too small to move the clock
                 for j in range(in_ptr[v], in_ptr[v + 1]):
                     zero_read[in_idx[j] * nd + d] = e
             ev_dev.append(d)
@@ -182,7 +182,7 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
             ev_ins.append(i)
             alloc_at[key] = s
             if ws[v]:
-                release(d, e, ws[v], i, key)
+                release(d, e, ws[v], i, s >= e)
             ready[key] = e
             last_read[key] = e
             comp_free[d] = e
@@ -220,7 +220,7 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
             e = s + dur
             if last_read[ks] < e:
                 last_read[ks] = e
-            if dur == 0:
+            if e == s:      # zero-length, also when dur is too small to move the clock
                 zero_read[ks] = e
             ev_dev.append(dd)
             ev_time.append(s)
@@ -252,7 +252,8 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
             tf = last_read.pop(key)
             if tf < barrier:
                 tf = barrier
-            release(d, tf, nbytes[v], i, key)
+            zero = zero_read.pop(key, -1.0) == tf
+            release(d, tf, nbytes[v], i, zero or alloc_at[key] >= tf)
             del ready[key]
             del alloc_at[key]
             start[i] = end[i] = tf
