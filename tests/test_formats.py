@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 
 import jsonschema
 import pytest
@@ -338,6 +339,15 @@ def test_write_into_missing_folder(tmp_path):
     with pytest.raises(FormatError, match="folder does not exist"):
         write_json(tmp_path / "nope" / "x.json", {})
     assert os.listdir(tmp_path) == []
+
+
+def test_saved_files_get_ordinary_permissions(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        save_graph(hand_graph(), tmp_path / "g.json")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(os.stat(tmp_path / "g.json").st_mode) == 0o644
 
 
 def test_write_replaces_existing_file(tmp_path):

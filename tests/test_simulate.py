@@ -275,6 +275,7 @@ def g3():
     ((Compute("a", "gpu"), Copy("a", "mars", "gpu")), "unknown-device", 1, "a", "mars"),
     ((Compute("a", "gpu"), Free("a", "tpu")), "unknown-device", 1, "a", "tpu"),
     ((Compute("a", "host"), Copy("a", "host", "gpu1")), "no-link", 1, "a", "host"),
+    ((Compute("a", "gpu"), Copy("a", "gpu", "gpu")), "no-link", 1, "a", "gpu"),
     ((Compute("cpuonly", "gpu"),), "not-runnable", 0, "cpuonly", "gpu"),
     ((Compute("a", "gpu1"), Compute("cpuonly", "gpu1")), "not-runnable", 1, "cpuonly", "gpu1"),
     ((Compute("w", "gpu"), Compute("b", "gpu")), "not-resident", 1, "b", "gpu"),             # input missing
