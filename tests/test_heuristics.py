@@ -3,7 +3,6 @@ simulator, or they raise InfeasibleError; known cases behave sensibly."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

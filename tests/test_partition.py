@@ -9,8 +9,16 @@ from optsched.generate import random_training_graph
 from optsched.graph import Graph, Node, check_graph
 from optsched.simulate import simulate
 from optsched.solvers import SOLVERS, SolveOptions
-from optsched.solvers.partition import (comm_model, levels, list_schedule, memory_pass, memory_profile, metf,
-                                        pardnn, work_costs)
+from optsched.solvers.partition import (
+    comm_model,
+    levels,
+    list_schedule,
+    memory_pass,
+    memory_profile,
+    metf,
+    pardnn,
+    work_costs,
+)
 
 
 def two_branches(k: int = 6, nbytes: int = 1000) -> Graph:

@@ -212,7 +212,7 @@ def articulation_points(graph: Graph) -> list[int]:
     g = nx.Graph()
     g.add_nodes_from(fwd)
     owner = np.repeat(np.arange(len(a.ids)), np.diff(a.out_ptr))
-    for u, v in zip(owner.tolist(), a.out_idx.tolist()):
+    for u, v in zip(owner.tolist(), a.out_idx.tolist(), strict=True):
         if u in fwd and v in fwd:
             g.add_edge(u, v)
     aps = set(nx.articulation_points(g))

@@ -43,7 +43,6 @@ def coarsen(graph: Graph, *, max_len: int = 64, max_cost: float = float("inf"),
     indeg = np.diff(a.in_ptr).tolist()
     outdeg = np.diff(a.out_ptr).tolist()
     in_ptr, in_idx = a.in_ptr.tolist(), a.in_idx.tolist()
-    out_ptr, out_idx = a.out_ptr.tolist(), a.out_idx.tolist()
     kind = a.kind.tolist()
     rec = a.recomputable.tolist()
     req = a.required.tolist()

@@ -172,4 +172,5 @@ def dtr(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) 
     place, order, est = _single_device_inputs(graph, cluster, options)
     return _checked(graph, cluster, "dtr", options,
                     lambda s: plan(graph, cluster, place, order, est, policy="dtr",
-                                   swap=bool(options.params.get("swap", options.swap)), recompute=True, budget_scale=s), t0)
+                                   swap=bool(options.params.get("swap", options.swap)), recompute=True,
+                                   budget_scale=s), t0)

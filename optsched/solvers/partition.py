@@ -31,7 +31,6 @@ from ..cluster import Cluster
 from ..errors import InfeasibleError
 from ..graph import Graph
 
-
 # ------------------------------------------------------------------ costs
 
 def placement_devices(graph: Graph, cluster: Cluster, max_devices: int | None = None) -> list[int]:
@@ -78,7 +77,7 @@ def work_costs(graph: Graph, cluster: Cluster, devs: list[int]) -> np.ndarray:
         acc[ok] += c[ok] / dev.speed
         cnt[ok] += 1
     w = np.where(cnt > 0, acc / np.maximum(cnt, 1), 0.0)
-    for kind, c in a.cost.items():   # nodes that no placement device can run
+    for c in a.cost.values():   # nodes that no placement device can run
         miss = (cnt == 0) & ~np.isnan(c)
         w[miss] = c[miss]
     return w
@@ -436,7 +435,6 @@ def metf(graph: Graph, cluster: Cluster, devs: list[int] | None = None):
     if devs is None:
         devs = placement_devices(graph, cluster)
     runnable = runnable_mask(graph, cluster)
-    w = work_costs(graph, cluster, devs)
     lat, spb = comm_model(cluster, devs)
     comm = (lat + a.bytes * spb).tolist()
     budget = [d.memory for d in cluster.devices]
