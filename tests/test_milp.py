@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from milp_graphs import gpu_host, one_gpu, small_dag
 
 from optsched import generate
 from optsched.cluster import Cluster, Device, Link, single_accelerator
@@ -19,8 +20,6 @@ from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, get_solver, solve
 from optsched.solvers import baselines as B
 from optsched.solvers.milp_model import build_model, make_spec
-
-from milp_graphs import gpu_host, one_gpu, small_dag
 
 BASELINES = [getattr(B, n) for n in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, n)]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from milp_graphs import gpu_host, one_gpu, small_dag, two_gpus
 
 from optsched.errors import InfeasibleError
 from optsched.graph import memory_lower_bound
@@ -12,8 +13,6 @@ from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, solve
 from optsched.solvers.baselines import keep_everything
 from optsched.solvers.bruteforce import bruteforce
-
-from milp_graphs import gpu_host, one_gpu, small_dag, two_gpus
 
 CASES = [(n, seed, kind) for n in (3, 4, 5) for seed in range(4)
          for kind in ("one", "one-norecompute", "host-swap", "host-noswap", "two")]

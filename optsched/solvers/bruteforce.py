@@ -75,7 +75,7 @@ def bruteforce_optimum(spec: ModelSpec) -> float | None:
                     continue
                 # copies per link
                 cc = []
-                for k, (_, a, b) in enumerate(spec.links):
+                for _, a, b in spec.links:
                     cand = [v for v in order if spec.s_lo[v] <= t <= min(spec.s_hi[v] - 1, T - 1) and v in res[a]
                             and into[b, v] and v not in res[b] and v not in Rs[b]]
                     cc.append([frozenset(s) for s in _subsets(cand)])
@@ -115,7 +115,7 @@ def bruteforce_optimum(spec: ModelSpec) -> float | None:
         states = nxt
     best = None
     req = set(np.flatnonzero(spec.required).tolist())
-    for (res, done), cost in states.items():
+    for (res, _done), cost in states.items():
         if req <= set().union(*res) and (best is None or cost < best):
             best = cost
     return None if best is None else best / TIME_SCALE

@@ -76,8 +76,18 @@ from ..graph import Graph, memory_lower_bound
 from ..schedule import Schedule, SolveReport
 from ..simulate import describe, simulate
 from ..units import format_size
-from .milp_model import (TIME_SCALE, Decisions, MilpArrays, build_model, decisions_from_schedule, decisions_from_x,
-                         emit, make_spec, order_of, violated_rows, x_from_decisions)
+from .milp_model import (
+    TIME_SCALE,
+    MilpArrays,
+    build_model,
+    decisions_from_schedule,
+    decisions_from_x,
+    emit,
+    make_spec,
+    order_of,
+    violated_rows,
+    x_from_decisions,
+)
 from .options import SolveOptions
 
 

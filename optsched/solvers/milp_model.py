@@ -167,7 +167,7 @@ class MilpArrays:
         for tag, arr in (("R", self.R), ("S", self.S), ("C", self.C)):
             idx = np.argwhere(arr >= 0)
             cols = arr[arr >= 0]
-            for (x, t, v), c in zip(idx.tolist(), cols.tolist()):
+            for (x, t, v), c in zip(idx.tolist(), cols.tolist(), strict=True):
                 names[c] = f"{tag}_{x}_{t}_{v}"
         for t, c in enumerate(self.tau.tolist()):
             names[c] = f"tau_{t}"
@@ -218,7 +218,7 @@ def build_model(spec: ModelSpec) -> MilpArrays:
     Smask = Sdom[None, :, :] & into[:, None, :]
     Cdom = _domain(spec.s_lo, np.minimum(spec.s_hi - 1, T - 1), T)
     Cmask = np.zeros((nL, T, n), dtype=bool)
-    for k, (_, a, b) in enumerate(spec.links):
+    for k, (_, a, _b) in enumerate(spec.links):
         # source must be able to hold v, destination must be able to use it
         Cmask[k] = Cdom & into[a][None, :]
     ncol = 0
@@ -282,7 +282,7 @@ def build_model(spec: ModelSpec) -> MilpArrays:
             cc.append(C[k, t_[sel] - 1, v_[sel]])
             vals.append(-1.0)
     rows.block("residency", m, np.concatenate(rr), np.concatenate(cc),
-               np.concatenate([np.broadcast_to(x, c.shape) for x, c in zip(vals, cc)]), -inf, 0.0)
+               np.concatenate([np.broadcast_to(x, c.shape) for x, c in zip(vals, cc, strict=True)]), -inf, 0.0)
 
     # 3. exclusive: S[d,t,v] + R[d,t,v] + sum C[l->d,t,v] <= 1 (no second copy on one device)
     cnt = (S[:, :T] >= 0).astype(np.int64) + (R >= 0)
@@ -365,7 +365,8 @@ def build_model(spec: ModelSpec) -> MilpArrays:
     start = np.zeros(rows.m + 1, dtype=np.int64)
     np.cumsum(np.bincount(r, minlength=rows.m), out=start[1:])
     return MilpArrays(spec=spec, ncol=ncol, cost=cost, lb=lb, ub=ub, integ=integ,
-                      row_lo=np.concatenate(rows.lo).astype(np.float64), row_hi=np.concatenate(rows.hi).astype(np.float64),
+                      row_lo=np.concatenate(rows.lo).astype(np.float64),
+                      row_hi=np.concatenate(rows.hi).astype(np.float64),
                       start=start, index=c, value=v, R=R, S=S, C=C, tau=tau, W=W, row_kind=rows.kind)
 
 
