@@ -242,6 +242,10 @@ def cmd_solve(args) -> int:
     if sv["gap"] is not None:
         line += f", gap {100 * sv['gap']:.2f}%"
     print(line)
+    for note in (sv["message"], (rep.extra or {}).get("warm_start") if rep else None,
+                 (rep.extra or {}).get("fallback") if rep else None):
+        if note:
+            print(f"  {note}")
     _print_sim(s, base)
     if args.output:
         print(f"wrote {args.output} ({len(sched.instructions)} instructions)")

@@ -223,7 +223,7 @@ def highs_model(model: MilpArrays):
                          model.cost, model.lb, model.ub, model.row_lo, model.row_hi,
                          model.start.astype(np.int32), model.index.astype(np.int32), model.value,
                          model.integ.astype(np.int32))
-    if status != highspy.HighsStatus.kOk:
+    if status == highspy.HighsStatus.kError:   # a warning (e.g. tiny matrix values dropped) is not a refusal
         raise RuntimeError(f"HiGHS refused the model: {status}")
     return h
 
