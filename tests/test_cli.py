@@ -171,3 +171,18 @@ def test_heuristic_solvers_through_cli(capsys, solver):
     assert code == 0, err
     s = json.loads(out)
     assert s["valid"] and s["devices"][0]["peak_bytes"] <= 10**9 and s["overhead"] >= 0
+
+
+@pytest.mark.parametrize("solver", ["milp", "pulp"])
+def test_milp_through_cli(capsys, tmp_path, solver):
+    model = tmp_path / "model.lp"
+    out_file = tmp_path / "s.json"
+    code, out, err = run(capsys, "solve", "example:tiny", "--mem", "1.1MB", "--solver", solver, "--json",
+                         "--write-model", model, "-o", out_file)
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["valid"] and s["solver"]["status"] == "optimal"
+    assert s["step_time_s"] <= s["solver"]["objective_s"] * (1 + 1e-9)
+    assert s["solver"]["bound_s"] <= s["solver"]["objective_s"]
+    assert s["devices"][0]["peak_bytes"] <= 1_100_000
+    assert model.read_text().strip() and load_schedule(out_file).report.solver.startswith(solver)
