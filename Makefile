@@ -20,7 +20,7 @@ test: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/optsched info example:bert_l3
-	$(VENV)/bin/optsched solve example:bert_l3 --mem 1GB --solver chen-sqrt -o schedule.json
+	$(VENV)/bin/optsched solve example:bert_l3 --mem 1GB --solver heuristic -o schedule.json
 	$(VENV)/bin/optsched simulate example:bert_l3 schedule.json --mem 1GB
 
 clean:
