@@ -163,18 +163,10 @@ def msr_to_graph(data, *, source: str = "", name: str = "", node_size: str = "au
 
     # nodes
     ids: dict[object, str] = {}  # original id -> our id
+    taken: set[str] = set()
     recs = []
     for i, d in enumerate(raw_nodes):
-        if not isinstance(d, dict):
-            raise FormatError(f"nodes[{i}] must be an object", field="nodes")
-        key, nid = _node_id(d, i, "id")
-        if nid in ids.values():
-            raise FormatError(f"duplicate node id (nodes[{i}])", node=nid, field="id",
-                              hint="every node id must be unique")
-        ids[key] = nid
-        op = d.get("name", "")
-        if not isinstance(op, str):
-            raise FormatError(f"must be a string, not {op!r}", node=nid, field="name")
+        nid, op = _register_node(d, i, ids, taken)
         supported = _flag(d, nid, "supportedOnFpga", True)
         cpu = _number(_req(d, nid, "cpuLatency"), nid, "cpuLatency")
         fpga = _number(_req(d, nid, "fpgaLatency"), nid, "fpgaLatency") if supported or "fpgaLatency" in d else None
@@ -311,19 +303,11 @@ def node_link_to_graph(data, *, source: str = "", name: str = "", cpu_slowdown: 
         raise FormatError("must be an object of graph attributes", field="graph")
 
     ids: dict[object, str] = {}
+    taken: set[str] = set()
     recs = []
     variants = set()
     for i, d in enumerate(raw_nodes):
-        if not isinstance(d, dict):
-            raise FormatError(f"nodes[{i}] must be an object", field="nodes")
-        key, nid = _node_id(d, i, "id")
-        if nid in ids.values():
-            raise FormatError(f"duplicate node id (nodes[{i}])", node=nid, field="id",
-                              hint="every node id must be unique")
-        ids[key] = nid
-        op = d.get("name", "")
-        if not isinstance(op, str):
-            raise FormatError(f"must be a string, not {op!r}", node=nid, field="name")
+        nid, op = _register_node(d, i, ids, taken)
         if "cost_cpu" in d:
             cost_f = "cost_cpu"
         elif "duration" in d:
@@ -459,6 +443,22 @@ def _id_key(x):
         return int(x)
     return x
 
+
+
+def _register_node(d, i: int, ids: dict, taken: set) -> tuple[str, str]:
+    """Check raw node record i, map its original id to ours in `ids` (our ids
+    so far in `taken`); return (our id, its name)."""
+    if not isinstance(d, dict):
+        raise FormatError(f"nodes[{i}] must be an object", field="nodes")
+    key, nid = _node_id(d, i, "id")
+    if nid in taken:
+        raise FormatError(f"duplicate node id (nodes[{i}])", node=nid, field="id", hint="every node id must be unique")
+    ids[key] = nid
+    taken.add(nid)
+    op = d.get("name", "")
+    if not isinstance(op, str):
+        raise FormatError(f"must be a string, not {op!r}", node=nid, field="name")
+    return nid, op
 
 def _node_id(d: dict, i: int, fld: str) -> tuple[object, str]:
     if fld not in d:
