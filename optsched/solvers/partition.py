@@ -233,6 +233,15 @@ def memory_profile(graph: Graph, place, start, end, nd: int):
     return peak, peak_t, last
 
 
+def _placement_inputs(graph: Graph, cluster: Cluster, devs: list[int] | None):
+    """What both placements start from: the devices to place on (default: all
+    that can compute), which node runs where, and the communication model."""
+    if devs is None:
+        devs = placement_devices(graph, cluster)
+    lat, spb = comm_model(cluster, devs)
+    return devs, runnable_mask(graph, cluster), lat, spb
+
+
 # ----------------------------------------------------------------- ParDNN
 
 def pardnn(graph: Graph, cluster: Cluster, devs: list[int] | None = None, *, memory_rounds: int = 6,
@@ -241,11 +250,8 @@ def pardnn(graph: Graph, cluster: Cluster, devs: list[int] | None = None, *, mem
     a = graph.arrays
     n = len(a.ids)
     nd = len(cluster.devices)
-    if devs is None:
-        devs = placement_devices(graph, cluster)
-    runnable = runnable_mask(graph, cluster)
+    devs, runnable, lat, spb = _placement_inputs(graph, cluster, devs)
     w = work_costs(graph, cluster, devs)
-    lat, spb = comm_model(cluster, devs)
     comm = lat + a.bytes * spb
     tl, bl = levels(graph, w, comm)
     K = len(devs)
@@ -432,10 +438,7 @@ def metf(graph: Graph, cluster: Cluster, devs: list[int] | None = None):
     a = graph.arrays
     n = len(a.ids)
     nd = len(cluster.devices)
-    if devs is None:
-        devs = placement_devices(graph, cluster)
-    runnable = runnable_mask(graph, cluster)
-    lat, spb = comm_model(cluster, devs)
+    devs, runnable, lat, spb = _placement_inputs(graph, cluster, devs)
     comm = (lat + a.bytes * spb).tolist()
     budget = [d.memory for d in cluster.devices]
     speed = [d.speed for d in cluster.devices]
