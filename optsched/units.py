@@ -98,3 +98,21 @@ def format_time(seconds: float) -> str:
     if s < 1:
         return f"{seconds * 1e3:.2f} ms"
     return f"{seconds:.3f} s"
+
+
+def parse_size_range(value: str, steps: int, what: str = "size range") -> list[int]:
+    """Budgets from '2GB..16GB' (`steps` evenly spaced values, both ends
+    included), a list '1GB,2GB,4GB', or one size."""
+    text = str(value).strip()
+    if ".." not in text:
+        return [parse_size(v, what) for v in text.split(",")]
+    lo_text, _, hi_text = text.partition("..")
+    lo, hi = parse_size(lo_text, what), parse_size(hi_text, what)
+    if lo > hi:
+        raise OptschedError(f"{what} {value!r} runs backwards",
+                            hint=f"write it as {hi_text.strip()}..{lo_text.strip()}")
+    if steps < 1 or (steps == 1 and lo != hi):
+        raise OptschedError(f"{what} {value!r} needs at least 2 steps, not {steps}")
+    if lo == hi:
+        return [lo]
+    return [int(round(lo + (hi - lo) * i / (steps - 1))) for i in range(steps)]
