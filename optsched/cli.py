@@ -205,6 +205,10 @@ def cmd_solve(args) -> int:
                         progress=_progress_printer(args.json or not sys.stderr.isatty()))
     if args.devices is not None and args.devices < 1:
         raise OptschedError("--devices must be at least 1")
+    if args.plot:
+        from .plot import figure_path
+
+        figure_path(args.plot)
     if args.solver in ("keep-everything", "chen-sqrt") or args.device:
         _check_budget(g, cl, {pick_device(g, cl, args.device).name})
     else:
@@ -230,8 +234,13 @@ def cmd_solve(args) -> int:
         return 1
     if args.output:
         save_schedule(replace(sched, graph=g.name), args.output)
+    if args.plot:
+        from .plot import save, schedule_figure
+
+        save(schedule_figure(r, sched, f"{g.name}: {args.solver}, step time {format_time(r.makespan)}"), args.plot)
     if args.json:
         s["output"] = args.output
+        s["plot"] = args.plot
         _emit(args, s)
         return 0
     print(f"graph {g.name!r} on " + ", ".join(f"{d.name} ({format_size(d.memory)})" for d in cl.devices))
@@ -249,6 +258,55 @@ def cmd_solve(args) -> int:
     _print_sim(s, base)
     if args.output:
         print(f"wrote {args.output} ({len(sched.instructions)} instructions)")
+    if args.plot:
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from functools import partial
+
+    from .compare import sweep
+    from .solvers import SolveOptions
+    from .units import parse_size_range
+
+    g = _load_graph(args.graph)
+    budgets = parse_size_range(args.mem, args.steps, "--mem")
+    solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
+    if not solvers:
+        raise OptschedError("--solvers names no solver")
+    if args.processes is not None and args.processes < 1:
+        raise OptschedError("--processes must be at least 1")
+    if args.gpus < 1:
+        raise OptschedError("--gpus must be at least 1")
+    if args.plot:
+        from .plot import figure_path
+
+        figure_path(args.plot)
+    make = partial(single_accelerator, gpus=args.gpus, host_memory=parse_size(args.host_mem, "--host-mem"),
+                   bandwidth=parse_bandwidth(args.bandwidth, "--bandwidth"))
+    opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=args.gap)
+    df = sweep(g, budgets, solvers, opts, processes=args.processes, progress=not args.json and sys.stderr.isatty(),
+               make_cluster=make)
+    if args.output:
+        df.to_csv(args.output, index=False)
+    if args.plot:
+        from .plot import pareto, save
+
+        ax = pareto(df)
+        ax.set_title(f"{g.name}: step time against memory budget")
+        save(ax.figure, args.plot)
+    if args.json:
+        _emit(args, {"graph": g.name, "output": args.output, "plot": args.plot,
+                     "rows": json.loads(df.to_json(orient="records"))})
+        return 0
+    rows = [[format_size(r.budget_bytes), r.solver, r.status, format_time(r.step_time_s) if r.valid else "-",
+             f"{100 * r.overhead:+.1f}%" if r.valid else "-", f"{100 * r.bound_overhead:+.1f}%"
+             if r.bound_overhead == r.bound_overhead else "-", format_time(r.solve_s)] for r in df.itertuples()]
+    print(_table(rows, ["budget", "solver", "status", "step time", "overhead", "bound", "solve time"]))
+    for path in (args.output, args.plot):
+        if path:
+            print(f"wrote {path}")
     return 0
 
 
@@ -319,8 +377,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-swap", action="store_true", help="never copy tensors to the host and back")
     p.add_argument("--no-recompute", action="store_true", help="never recompute an operation")
     p.add_argument("--write-model", help="MILP: also write the model as .mps or .lp")
+    p.add_argument("--plot", help="write a figure of the schedule (streams over time, memory per device): "
+                   ".png, .pdf, .svg")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_solve)
+
+    p = sub.add_parser("sweep", help="run several solvers over a range of memory budgets (a Pareto table)")
+    p.add_argument("graph")
+    p.add_argument("--mem", required=True,
+                   help="budgets of the accelerator: 2GB..16GB (with --steps), 1GB,2GB,4GB, or one")
+    p.add_argument("--steps", type=int, default=6, help="budgets in a LO..HI range, both ends included (default 6)")
+    p.add_argument("--solvers", default="milp,heuristic,chen-sqrt,keep-everything",
+                   help="comma-separated solver names; NAME/recompute-only or NAME/swap-only restricts one "
+                   "(default milp,heuristic,chen-sqrt,keep-everything)")
+    p.add_argument("--gpus", type=int, default=1, help="accelerators, each with the budget (default 1)")
+    p.add_argument("--host-mem", default="256GB", help="host RAM usable as swap (default 256GB)")
+    p.add_argument("--bandwidth", default="16GB/s", help="host link bandwidth (default 16GB/s)")
+    p.add_argument("--time-limit", default="60", help="time limit of each solve (default 60s)")
+    p.add_argument("--gap", type=float, default=0.01, help="relative optimality gap to stop at (default 0.01)")
+    p.add_argument("--processes", type=int, help="solves run in parallel (default: one per CPU)")
+    p.add_argument("--plot", help="write the Pareto figure (overhead against budget) here: .png, .pdf, .svg")
+    p.add_argument("-o", "--output", help="write the table as CSV here")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_sweep)
 
     p = sub.add_parser("examples", help="list the example graphs shipped with optsched")
     p.set_defaults(fn=cmd_examples)
