@@ -1,0 +1,67 @@
+"""Measure the memory one eager training step really uses, to check the captured graph against it.
+
+CPU: PyTorch's CPU allocator reports every allocation and free to the
+profiler with the running total, so the peak of live storage bytes is exact.
+CUDA: `torch.cuda.max_memory_allocated`.
+
+Both count what a keep-everything schedule of the captured graph holds:
+parameters, buffers, the step's inputs, activations, gradients. `.grad` must
+be None at the start (gradients are allocated by the step).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .trace import _as_tuple, _WithLoss
+
+
+def _resident(model: torch.nn.Module, tensors) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in (*model.parameters(), *model.buffers(), *tensors):
+        s = t.untyped_storage()
+        if s.data_ptr() not in seen:
+            seen.add(s.data_ptr())
+            total += s.nbytes()
+    return total
+
+
+def cpu_allocation_peak(fn) -> int:
+    """Peak of CPU-allocator bytes allocated while `fn()` runs, above what was allocated before it."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        e = stack.pop()
+        if e.tag == _EventType.Allocation and e.extra_fields.device.type == "cpu":
+            events.append((e.start_time_ns, e.extra_fields.alloc_size, e.extra_fields.total_allocated))
+        stack.extend(e.children)
+    if not events:
+        return 0
+    events.sort()
+    start = events[0][2] - events[0][1]
+    return max(total for _, _, total in events) - start
+
+
+def eager_peak(model: torch.nn.Module, inputs, targets=None, loss_fn=None) -> int:
+    """Peak bytes of one plain training step (forward, loss, `loss.backward()`) on the model's device."""
+    inputs, targets = _as_tuple(inputs), _as_tuple(targets)
+    step = _WithLoss(model, loss_fn, len(inputs))
+    model.zero_grad(set_to_none=True)
+    device = next(model.parameters()).device
+    run = lambda: step(*inputs, *targets)[0].backward()
+    try:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            run()
+            torch.cuda.synchronize(device)
+            return int(torch.cuda.max_memory_allocated(device))
+        return _resident(model, inputs + targets) + cpu_allocation_peak(run)
+    finally:
+        model.zero_grad(set_to_none=True)
