@@ -186,3 +186,39 @@ def test_milp_through_cli(capsys, tmp_path, solver):
     assert s["solver"]["bound_s"] <= s["solver"]["objective_s"]
     assert s["devices"][0]["peak_bytes"] <= 1_100_000
     assert model.read_text().strip() and load_schedule(out_file).report.solver.startswith(solver)
+
+
+def test_sweep_writes_table_and_figure(capsys, graph_file, tmp_path):
+    csv, png = tmp_path / "sweep.csv", tmp_path / "pareto.png"
+    code, out, err = run(capsys, "sweep", graph_file, "--mem", "8MB..16MB", "--steps", "3", "--solvers",
+                         "chen-sqrt,keep-everything", "--processes", "1", "-o", csv, "--plot", png)
+    assert code == 0, err
+    import pandas as pd
+
+    df = pd.read_csv(csv)
+    assert len(df) == 6 and sorted(set(df["budget_bytes"])) == [8_000_000, 12_000_000, 16_000_000]
+    # keep-everything peaks at 17 MB: over every budget; chen-sqrt (8 MB) fits them all
+    assert list(df[df.solver == "keep-everything"]["status"]) == ["invalid"] * 3
+    assert df[df.solver == "chen-sqrt"]["valid"].all()
+    assert png.stat().st_size > 1000 and "wrote" in out and "chen-sqrt" in out
+    code, out, _ = run(capsys, "sweep", graph_file, "--mem", "10MB", "--solvers", "chen-sqrt", "--json")
+    assert code == 0 and [r["solver"] for r in json.loads(out)["rows"]] == ["chen-sqrt"]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--mem", "16MB..4MB"], "runs backwards"),
+    (["--mem", "4MB..16MB", "--steps", "1"], "at least 2 steps"),
+    (["--mem", "4MB..lots"], "cannot read --mem"),
+    (["--mem", "4MB", "--solvers", "chen-sqrt,nope"], "unknown solver"),
+    (["--mem", "4MB", "--plot", "p.gif"], "cannot write a figure"),
+])
+def test_bad_sweep_arguments(capsys, graph_file, argv, needle):
+    code, _, err = run(capsys, "sweep", graph_file, *argv)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_solve_plot(capsys, graph_file, tmp_path):
+    png = tmp_path / "s.png"
+    code, out, err = run(capsys, "solve", graph_file, "--mem", "10MB", "--solver", "chen-sqrt", "--plot", png)
+    assert code == 0, err
+    assert png.read_bytes()[:4] == b"\x89PNG"
