@@ -17,8 +17,8 @@ from ..graph import Graph
 from .cost import PRESETS, DeviceModel, measure_cpu, profiled, roofline
 from .trace import CaptureError, Step, default_loss, export_step, joint_to_graph
 
-__all__ = ["capture", "capture_factory", "normalize_example", "CaptureError", "DeviceModel", "PRESETS", "measure_cpu",
-           "export_step", "Step", "default_loss"]
+__all__ = ["capture", "capture_step", "capture_factory", "normalize_example", "CaptureError", "DeviceModel",
+           "PRESETS", "measure_cpu", "export_step", "Step", "default_loss"]
 
 
 def _device_models(cuda: str | DeviceModel, cpu: DeviceModel | None) -> dict[str, DeviceModel]:
@@ -41,8 +41,17 @@ def capture(model, example_inputs, loss_fn: Callable | None = None, *, targets=N
     a DeviceModel) and of `cpu` (measured on this machine by default);
     `profile=True` measures each op instead on the device the model is on.
     """
+    return capture_step(model, example_inputs, loss_fn, targets=targets, optimizer=optimizer, cuda=cuda, cpu=cpu,
+                        profile=profile, name=name)[1]
+
+
+def capture_step(model, example_inputs, loss_fn: Callable | None = None, *, targets=None,
+                 optimizer: str | None = None, cuda: str | DeviceModel = "h100", cpu: DeviceModel | None = None,
+                 profile: bool = False, name: str | None = None) -> tuple[Step, Graph]:
+    """`capture`, also returning the traced step the graph was read from (the executor replays it)."""
     step = export_step(model, example_inputs, targets, loss_fn)
-    cost_of = roofline(_device_models(cuda, cpu))
+    models = _device_models(cuda, cpu)
+    cost_of = roofline(models)
     failed: list[str] = []
     if profile:
         device = next(model.parameters()).device
@@ -53,10 +62,10 @@ def capture(model, example_inputs, loss_fn: Callable | None = None, *, targets=N
     graph = joint_to_graph(step, cost_of, name=name or type(model).__name__, optimizer=optimizer)
     info = graph.meta["capture"]
     info["cost"] = "profiled" if profile else "roofline"
-    info["cuda_model"] = _device_models(cuda, cpu)["cuda"].name
+    info["cuda_model"] = models["cuda"].name
     if failed:
         info["profile_failed"] = failed
-    return graph
+    return step, graph
 
 
 def _is_fake(model) -> bool:

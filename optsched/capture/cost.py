@@ -67,7 +67,8 @@ def measure_cpu() -> DeviceModel:
                        2 * big.numel() * 4 / max(copy, 1e-9), over)
 
 
-def _median_time(fn: Callable[[], object], runs: int, warmup: int = 2, sync: Callable[[], None] = lambda: None) -> float:
+def _median_time(fn: Callable[[], object], runs: int, warmup: int = 2,
+                 sync: Callable[[], None] = lambda: None) -> float:
     for _ in range(warmup):
         fn()
     sync()

@@ -87,7 +87,10 @@ def _need_transformers():
 
 def gpt2(batch: int = 2, seq: int = 64, layers: int = 2, d: int = 128, heads: int = 4, vocab: int = 1000,
          dropout: float = 0.0) -> dict:
-    """GPT-2 (transformers) from a config with random weights; `layers=12, d=768, heads=12, vocab=50257` is GPT-2 small."""
+    """GPT-2 (transformers) from a config with random weights.
+
+    `layers=12, d=768, heads=12, vocab=50257` is GPT-2 small.
+    """
     tf = _need_transformers()
     cfg = tf.GPT2Config(n_layer=layers, n_embd=d, n_head=heads, vocab_size=vocab, n_positions=max(seq, 64),
                         resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
