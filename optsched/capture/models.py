@@ -89,12 +89,14 @@ def gpt2(batch: int = 2, seq: int = 64, layers: int = 2, d: int = 128, heads: in
          dropout: float = 0.0) -> dict:
     """GPT-2 (transformers) from a config with random weights.
 
-    `layers=12, d=768, heads=12, vocab=50257` is GPT-2 small.
+    `layers=12, d=768, heads=12, vocab=50257` is GPT-2 small. The output embedding is not tied to the input
+    one (capture refuses tied parameters), which adds one vocab x d tensor.
     """
     tf = _need_transformers()
     cfg = tf.GPT2Config(n_layer=layers, n_embd=d, n_head=heads, vocab_size=vocab, n_positions=max(seq, 64),
                         resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
-                        bos_token_id=vocab - 1, eos_token_id=vocab - 1, attn_implementation="eager")
+                        bos_token_id=vocab - 1, eos_token_id=vocab - 1, attn_implementation="eager",
+                        tie_word_embeddings=False)
     model = tf.GPT2LMHeadModel(cfg)
     model.config.use_cache = False
     tokens = torch.randint(0, vocab, (batch, seq))

@@ -129,6 +129,11 @@ def export_step(model: nn.Module, inputs, targets=None, loss_fn=None) -> Step:
             raise CaptureError(f"{what} is a {type(t).__name__}, not a tensor", field="example_inputs")
     if not any(p.requires_grad for p in model.parameters()):
         raise CaptureError("the model has no trainable parameter", hint="there is no backward pass to schedule")
+    tied = _tied_params(model)
+    if tied:  # the tracer lifts each name as its own input and gives each a partial gradient
+        raise CaptureError(f"parameters {tied[0]!r} and {tied[1]!r} are one tied tensor, which the traced step "
+                           "would split into two partial gradients", hint="untie them for capture (for transformers: "
+                           "tie_word_embeddings=False); memory differs only by that one tensor")
     wrapped = _WithLoss(model, loss_fn, len(inputs))
     modules = _ModuleStack(model)
     frozen: list[nn.Parameter] = []
@@ -138,11 +143,6 @@ def export_step(model: nn.Module, inputs, targets=None, loss_fn=None) -> Step:
         except AssertionError as e:
             if "did not receive a gradient" not in str(e):
                 raise
-            tied = _tied_params(model)
-            if tied:
-                raise CaptureError(f"parameters {tied[0]!r} and {tied[1]!r} are one tied tensor, which the tracer "
-                                   "cannot give one gradient", hint="untie them for capture (for transformers: "
-                                   "tie_word_embeddings=False); memory differs only by that one tensor") from e
             # parameters the loss does not reach (a pooler a masked-LM head skips) get no gradient:
             # trace them as constants, as autograd would leave their .grad untouched
             frozen = _unreached_params(wrapped, inputs + targets)
