@@ -22,9 +22,9 @@ from .units import format_size
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")   # matplotlib's tab10, fixed here so colours do not depend on the user's style
 FIGURE_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg")
-GB = 1e9
 _BYTES = ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B"))
 _SECONDS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"))
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<")
 
 
 def _unit(largest: float, units) -> tuple[float, str]:
@@ -55,9 +55,9 @@ def device_colors(names) -> dict[str, str]:
 
 
 def memory_timeline(result: SimResult, ax=None, devices=None):
-    """Memory held on each device over the step (GB against seconds), one line per
-    device, its budget dashed in the same colour. `devices`: which to draw
-    (default every device that holds anything)."""
+    """Memory held on each device over the step (bytes against time, in the units
+    that suit the figures), one line per device, its budget dashed in the same
+    colour. `devices`: which to draw (default every device that holds anything)."""
     ax = _axes(ax)
     colors = device_colors(result.budget)
     names = [d for d in result.budget if d in result.timeline and len(result.timeline[d][0])] \
@@ -151,24 +151,27 @@ def schedule_figure(result: SimResult, schedule: Schedule, title: str = ""):
 def pareto(df, ax=None):
     """Step-time overhead against the memory budget, one line per solver, from a
     `sweep` table; valid schedules only. Where a solver reports a lower bound
-    (the MILP) the band between bound and schedule is shaded: no schedule in
-    that solver's model is faster than the band's bottom."""
-    ax = _axes(ax, (7, 4.5))
-    col = "budget_bytes"
-    solvers = list(dict.fromkeys(df["solver"]))
-    for i, name in enumerate(solvers):
-        part = df[df["solver"] == name].sort_values(col)
-        ok = part[part["valid"].astype(bool)]
+    (the MILP) it is drawn dotted with the band up to the schedule shaded: no
+    schedule in that solver's model is faster than the band's bottom. The
+    y-axis fits the schedules, so a weak bound (near zero) falls below it."""
+    ax = _axes(ax, (8, 4.5))
+    scale, unit = _unit(float(df["budget_bytes"].max()) if len(df) else 0.0, _BYTES)
+    shown = []
+    for i, name in enumerate(dict.fromkeys(df["solver"])):
+        part = df[(df["solver"] == name) & df["valid"].astype(bool)].sort_values("budget_bytes")
+        x, y, low = part["budget_bytes"] / scale, 100 * part["overhead"], 100 * part["bound_overhead"]
         colour = PALETTE[i % len(PALETTE)]
-        ax.plot(ok[col] / GB, 100 * ok["overhead"], marker="o", ms=4, color=colour, label=name)
-        bound = part[part["bound_overhead"].notna()]
-        bound = bound[bound["valid"].astype(bool)]
-        if len(bound):
-            ax.fill_between(bound[col] / GB, 100 * bound["bound_overhead"], 100 * bound["overhead"], color=colour,
-                            alpha=0.2, label=f"{name}: gap to its lower bound")
-    ax.set_xlabel("memory budget (GB)")
+        ax.plot(x, y, marker=_MARKERS[i % len(_MARKERS)], ms=5, color=colour, label=name)
+        shown.extend(y)
+        if low.notna().any():
+            ax.plot(x, low, ls=":", marker="v", ms=4, color=colour, label=f"{name}: lower bound")
+            ax.fill_between(x, low, y, color=colour, alpha=0.15)
+    if shown:
+        lo, hi = min(min(shown), 0.0), max(max(shown), 1.0)
+        ax.set_ylim(lo - 0.08 * (hi - lo), hi + 0.08 * (hi - lo))
+    ax.set_xlabel(f"memory budget ({unit})")
     ax.set_ylabel("step-time overhead vs keep-everything (%)")
-    ax.legend(fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     return ax
 
 

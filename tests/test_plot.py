@@ -72,13 +72,14 @@ def test_pareto_one_line_per_solver_and_bound_shaded(tmp_path):
     df = sweep(chain_graph(6), budgets, ["chen-sqrt", "keep-everything", "milp"], SolveOptions(time_limit=5),
                processes=1, progress=False)
     ax = pareto(df)
-    assert ax.get_xlabel() == "memory budget (GB)" and "overhead" in ax.get_ylabel()
+    assert ax.get_xlabel() == "memory budget (MB)" and "overhead" in ax.get_ylabel()
     lines = {ln.get_label(): ln for ln in ax.get_lines()}
-    assert set(lines) == {"chen-sqrt", "keep-everything", "milp"}
-    # keep-everything fits only the largest budget
-    assert list(lines["keep-everything"].get_xdata()) == [0.008]
-    shaded = [c for c in ax.collections if c.get_label().startswith("milp")]
-    assert df[df.solver == "milp"]["bound_s"].notna().all() and len(shaded) == 1
+    assert set(lines) == {"chen-sqrt", "keep-everything", "milp", "milp: lower bound"}
+    # keep-everything fits only the larger budget, with no overhead
+    assert list(lines["keep-everything"].get_xdata()) == [8.0] and list(lines["keep-everything"].get_ydata()) == [0]
+    milp = df[df.solver == "milp"]
+    assert milp["bound_s"].notna().all() and len(ax.collections) == 1    # the shaded band under the MILP
+    assert list(lines["milp: lower bound"].get_ydata()) == pytest.approx(list(100 * milp["bound_overhead"]))
     save(ax.figure, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
 
