@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import highspy
@@ -15,11 +17,12 @@ from optsched import generate
 from optsched.cluster import Cluster, Device, Link, single_accelerator
 from optsched.errors import InfeasibleError
 from optsched.graph import Graph, Node, check_graph, memory_lower_bound
-from optsched.schedule import Copy
+from optsched.schedule import Copy, Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, get_solver, solve
 from optsched.solvers import baselines as B
-from optsched.solvers.milp_model import build_model, make_spec
+from optsched.solvers.milp import highs_model
+from optsched.solvers.milp_model import build_model, decisions_from_x, emit, make_spec
 
 BASELINES = [getattr(B, n) for n in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, n)]
 
@@ -171,10 +174,19 @@ def test_time_limit_progress_and_warm_start():
     rep = s.report
     assert rep.bound is not None and rep.bound <= rep.objective + 1e-12
     assert rep.extra["build_time"] < 5
-    # our own emitted schedule is accepted back as a warm start
-    again = solve(g, cl, "milp", time_limit=1, warm_start=s)
-    assert "accepted" in again.report.extra["warm_start"]
-    assert again.report.objective <= rep.objective + 1e-12
+    # our own emitted schedule is accepted back as a warm start (s itself may be the heuristic's, which the
+    # MILP returns when it simulates faster than the MILP's incumbent)
+    spec = make_spec(g, cl)
+    model = build_model(spec)
+    h = highs_model(model)
+    h.setOptionValue("time_limit", 3.0)
+    h.run()
+    dec = decisions_from_x(model, np.asarray(h.getSolution().col_value))
+    own = Schedule(tuple(emit(g, spec, dec)), graph=g.name)
+    assert simulate(g, cl, own).valid
+    again = solve(g, cl, "milp", time_limit=1, warm_start=own)
+    assert "user: accepted" in again.report.extra["warm_start"]
+    assert again.report.objective <= dec.objective(spec) + 1e-12
 
 
 def test_baseline_warm_start_accepted_and_recompute_off():
@@ -201,3 +213,65 @@ def test_pulp_named_solver_missing_is_a_plain_error():
     g = small_dag(3, 0)
     with pytest.raises(OptschedError, match="not available"):
         get_solver("pulp:NO_SUCH_SOLVER_CMD")(g, one_gpu(10**6), SolveOptions(time_limit=5))
+
+
+# ------------------------------------------------------------------ Ctrl-C, time limit, heuristic warm start
+
+def _interrupt_case():
+    g = generate.random_training_graph(12, 3)
+    return g, single_accelerator(int(0.6 * _ke_peak(g)), gpus=2)
+
+
+def _interrupting(action):
+    """A progress callback that calls `action` once the solver has an incumbent."""
+    def cb(p):
+        if p["incumbent"] is not None:
+            action()
+    return cb
+
+
+def _raise():
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("how", ["callback-raises", "sigint"])
+def test_ctrl_c_returns_best_schedule_so_far(how):
+    g, cl = _interrupt_case()
+    action = _raise if how == "callback-raises" else (lambda: os.kill(os.getpid(), signal.SIGINT))
+    t = time.perf_counter()
+    s = solve(g, cl, "milp", time_limit=60, gap=0.0, threads=1, progress=_interrupting(action))
+    assert time.perf_counter() - t < 30
+    r = simulate(g, cl, s)
+    assert r.valid, r.violation
+    assert s.report.status == "interrupted"
+    assert s.report.gap is None or s.report.gap > 0 or s.report.status != "optimal"
+    assert r.makespan <= s.report.objective * (1 + 1e-9)
+
+
+def test_time_limit_bounds_the_whole_call():
+    g = generate.random_training_graph(40, 5)
+    cl = single_accelerator(int(0.5 * _ke_peak(g)))
+    t = time.perf_counter()
+    s = solve(g, cl, "milp", time_limit=4, gap=0.0, threads=1)
+    assert time.perf_counter() - t < 4 + 3.0
+    assert simulate(g, cl, s).valid
+
+
+def test_heuristic_swap_schedule_is_a_warm_start_and_never_beaten():
+    g = generate.random_training_graph(30, 2)
+    cl = single_accelerator(int(0.7 * _ke_peak(g)))
+    h = solve(g, cl, "heuristic")
+    assert any(type(x) is Copy for x in h.instructions)
+    s = solve(g, cl, "milp", time_limit=5, threads=1)
+    assert s.report.extra["warm_start"].startswith("heuristic: accepted")
+    r = simulate(g, cl, s)
+    assert r.valid and r.makespan <= h.report.objective * (1 + 1e-9)
+
+
+def test_unusable_warm_start_is_explained():
+    g, cl = _interrupt_case()
+    h = solve(g, cl, "heuristic")
+    s = solve(g, cl, "milp", time_limit=3, threads=1, warm_start=h, params={"window": 0})
+    assert "user:" in s.report.message and "not a warm start" in s.report.message
+    r = simulate(g, cl, s)
+    assert r.valid and r.makespan <= h.report.objective * (1 + 1e-9)

@@ -85,6 +85,7 @@ from .milp_model import (
     emit,
     make_spec,
     order_of,
+    stage_memory,
     violated_rows,
     x_from_decisions,
 )
@@ -97,56 +98,108 @@ class MilpBug(RuntimeError):
 
 # ----------------------------------------------------------------------------- shared driver
 
-def _baselines(graph, cluster, options):
+def _candidates(graph, cluster, options):
+    """Valid schedules to warm-start from and fall back on: the baselines, then
+    the heuristic (and m-ETF where there are several accelerators), which often
+    beat the baselines by using the host and other devices."""
     from . import baselines as B
+    from . import heuristics as H
 
     fns = [getattr(B, nm) for nm in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, nm)]
+    fns.append(H.heuristic)
+    if sum(d.kind == "cuda" for d in cluster.devices) > 1 and options.devices != 1:
+        fns.append(H.metf)
     out = []
     for fn in fns:
         try:
-            s = fn(graph, cluster, replace(options, warm_start=None))
+            s = fn(graph, cluster, replace(options, warm_start=None, progress=None, params={}))
         except OptschedError:
             continue
         out.append((fn.__name__.replace("_", "-"), s, simulate(graph, cluster, s)))
     return out
 
 
+_MAX_WINDOW = 8   # widest window a warm start may ask for (columns grow with it)
+
+
+def _stage(graph, spec_of, name, sched, window):
+    """(objective, spec, decisions, note): the schedule staged in the model over its own
+    order, widening the window K (up to _MAX_WINDOW, unless the user fixed it) when its
+    cross-device copies delay first computations beyond it."""
+    order = order_of(graph, sched)
+    if order is None:
+        return None, None, None, f"{name}: not every node is computed in topological order"
+    spec = spec_of(order, window)
+    dec, why, need = decisions_from_schedule(graph, spec, sched)
+    if dec is None and window is None and spec.K < need <= _MAX_WINDOW:
+        spec = spec_of(order, need)
+        dec, why, need = decisions_from_schedule(graph, spec, sched)
+    if dec is None:
+        return None, spec, None, f"{name}: {why}"
+    mem = stage_memory(spec, dec)
+    over = np.flatnonzero((mem > spec.budget[:, None]).any(axis=1) & spec.mem_row)
+    if over.size:
+        d = int(over[0])
+        t = int(np.argmax(mem[d] - spec.budget[d]))
+        return None, spec, None, (f"{name}: stage {t} would hold {format_size(mem[d, t])} on {spec.dev_names[d]} "
+                                  f"(budget {format_size(spec.budget[d])}) in the model's whole-stage memory count")
+    return dec.objective(spec), spec, dec, ""
+
+
 def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
-    """Spec, model, warm start (x or None) and the baselines' results."""
+    """Spec, model, warm start (x or None), its message, the candidate schedules, build time,
+    and notes on candidates that could not start the MILP.
+
+    Every candidate is staged over its own first-computation order; the one with the
+    smallest staged objective fixes the model's order and becomes the incumbent."""
     t0 = time.perf_counter()
-    base = _baselines(graph, cluster, options)
-    warm = options.warm_start
-    warm_name = "user"
-    if warm is None:
-        valid = [b for b in base if b[2].valid]
-        if valid:
-            warm_name, warm, _ = min(valid, key=lambda b: b[2].makespan)
-    order = order_of(graph, warm) if warm is not None else None
+    base = _candidates(graph, cluster, options)
     p = dict(options.params)
-    spec = make_spec(graph, cluster, order=order, recompute=options.recompute, swap=options.swap,
-                     devices=options.devices, host_compute=p.get("host_compute", True), window=p.get("window"))
+    specs = {}
+
+    def spec_of(order, window):
+        key = (None if order is None else order.tobytes(), window)
+        if key not in specs:
+            specs[key] = make_spec(graph, cluster, order=order, recompute=options.recompute, swap=options.swap,
+                                   devices=options.devices, host_compute=p.get("host_compute", True),
+                                   window=window)
+        return specs[key]
+
+    if options.warm_start is not None:
+        tries = [("user", options.warm_start)]
+    elif p.get("warm", True):
+        tries = [(nm, s) for nm, s, r in sorted(base, key=lambda b: b[2].makespan) if r.valid]
+    else:
+        tries = []
+    best, notes = None, []
+    for name, sched in tries:
+        obj, spec, dec, why = _stage(graph, spec_of, name, sched, p.get("window"))
+        if dec is None:
+            notes.append(why)
+        elif best is None or obj < best[0]:
+            best = (obj, name, spec, dec)
+    spec = best[2] if best is not None else spec_of(None, p.get("window"))
     if spec.notes["unrunnable"]:
         raise OptschedError(f"node {spec.notes['unrunnable'][0]!r} cannot run on any device in use",
                             hint="add a device of a kind it has a cost for")
     model = build_model(spec)
-    build_time = time.perf_counter() - t0
-    x0, warm_msg = None, "none"
-    if warm is not None:
-        dec = decisions_from_schedule(graph, cluster, spec, warm)
-        if dec is None:
-            warm_msg = f"{warm_name}: does not fit the stage structure"
+    x0, warm_msg = None, "none" if not tries else "none usable"
+    if best is not None:
+        obj, name, _, dec = best
+        x0 = x_from_decisions(model, dec)
+        sim = {nm: r.makespan for nm, _, r in base}
+        shown = f" (simulated {sim[name]:.6g} s)" if name in sim else ""
+        if x0 is None:
+            notes.append(f"{name}: uses a pruned variable")
         else:
-            x0 = x_from_decisions(model, dec)
-            if x0 is None:
-                warm_msg = f"{warm_name}: uses a pruned variable"
+            bad = violated_rows(model, x0, tol=1e-7)
+            if bad:
+                notes.append(f"{name}: breaks " + ", ".join(bad))
+                x0 = None
             else:
-                bad = violated_rows(model, x0, tol=1e-7)
-                if bad:
-                    warm_msg = f"{warm_name}: breaks " + ", ".join(bad)
-                    x0 = None
-                else:
-                    warm_msg = f"{warm_name}: accepted, objective {dec.objective(spec):.6g} s"
-    return spec, model, x0, warm_msg, base, build_time
+                warm_msg = f"{name}: accepted, objective {obj:.6g} s{shown}"
+    build_time = time.perf_counter() - t0
+    return spec, model, x0, warm_msg, base, build_time, notes
 
 
 def _infeasible(graph, cluster, options, base, why):
@@ -165,13 +218,23 @@ def _infeasible(graph, cluster, options, base, why):
 
 
 def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, solve_time, build_time, base,
-           warm_msg, extra=None):
-    """Solution -> schedule, checked by the simulator; or the best baseline; or InfeasibleError."""
+           warm_msg, extra=None, notes=()):
+    """Solution -> schedule, checked by the simulator; or the best candidate (baseline or
+    heuristic) when it simulates faster; or InfeasibleError. `notes` (candidates that could
+    not start the MILP, and why) go into the report's message."""
     valid_base = [b for b in base if b[2].valid]
     best_base = min(valid_base, key=lambda b: b[2].makespan) if valid_base else None
     extra = dict(extra or {})
     extra.update(build_time=build_time, warm_start=warm_msg, stages=spec.T, window=spec.K,
                  columns=model.ncol, rows=model.nrow, nonzeros=int(model.index.size))
+    why = "; ".join(notes)
+    why = f"not a warm start: {why}" if why else ""
+    if notes:
+        extra["warm_start_rejected"] = list(notes)
+
+    def msg(head):
+        return "; ".join(m for m in (head, why) if m)
+
     if x is None:
         if status == "infeasible" and best_base is None:
             _infeasible(graph, cluster, options, base, "the MILP is infeasible")
@@ -181,7 +244,7 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
         extra.update(fallback=name, makespan=res.makespan)
         return Schedule(sched.instructions, SolveReport(solver_name, status, objective=res.makespan, bound=bound,
                                                         gap=_gap(res.makespan, bound), solve_time=solve_time,
-                                                        message=f"MILP gave no schedule; returning {name}",
+                                                        message=msg(f"MILP gave no schedule; returning {name}"),
                                                         extra=extra), graph=graph.name)
     dec = decisions_from_x(model, x)
     obj = dec.objective(spec)
@@ -199,11 +262,11 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
         extra.update(fallback=name, milp_objective=obj, makespan=bres.makespan)
         return Schedule(bsched.instructions, SolveReport(
             solver_name, status, objective=bres.makespan, bound=bound, gap=_gap(bres.makespan, bound),
-            solve_time=solve_time, message=f"MILP incumbent worse than {name}; returning {name}", extra=extra),
-            graph=graph.name)
+            solve_time=solve_time, message=msg(f"MILP incumbent {obj:.6g} s worse than {name}; returning {name}"),
+            extra=extra), graph=graph.name)
     return Schedule(sched.instructions, SolveReport(solver_name, status, objective=obj, bound=bound,
-                                                    gap=_gap(obj, bound), solve_time=solve_time, extra=extra),
-                    graph=graph.name)
+                                                    gap=_gap(obj, bound), solve_time=solve_time, message=msg(""),
+                                                    extra=extra), graph=graph.name)
 
 
 def _gap(obj, bound):
@@ -239,22 +302,37 @@ def write_model(model: MilpArrays, path: str) -> None:
     h.writeModel(str(path))
 
 
+# HiGHS checks its time limit only between phases: on bert_l3 at 1 GB (4.6M nonzeros) presolve alone ran
+# 57-62 s against a 20-30 s limit on 2 cores, and without presolve the root ran 30 s against 20 s. A model
+# with more nonzeros than _NNZ_PER_S per second left is not handed to HiGHS (the incumbent is returned,
+# status time_limit); a run still going _GRACE s after the deadline is abandoned the same way.
+_NNZ_PER_S = 50_000
+_GRACE = 2.0
+
+
 def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
-    """Solve the joint MILP with HiGHS (see the module docstring)."""
+    """Solve the joint MILP with HiGHS (see the module docstring).
+
+    `options.time_limit` bounds the whole call: HiGHS gets what is left after the
+    candidates and the model are built. HiGHS runs in a worker thread; Ctrl-C (or a
+    progress callback raising KeyboardInterrupt) asks it to stop at its next
+    interrupt check and the best schedule so far comes back marked `interrupted`;
+    a second Ctrl-C while it winds down aborts."""
     import highspy
 
-    spec, model, x0, warm_msg, base, build_time = prepare(graph, cluster, options)
+    t_start = time.perf_counter()
+    spec, model, x0, warm_msg, base, build_time, notes = prepare(graph, cluster, options)
     if options.write_model:
         write_model(model, options.write_model)
     h = highs_model(model)
     h.setOptionValue("output_flag", bool(options.verbose))
-    h.setOptionValue("time_limit", float(options.time_limit))
     h.setOptionValue("mip_rel_gap", float(options.gap))
     if options.threads:
         h.setOptionValue("threads", int(options.threads))
     if x0 is not None:
         h.setSolution(int(x0.size), np.arange(x0.size, dtype=np.int32), x0)
     t0 = time.perf_counter()
+    stop = threading.Event()
     state = {"last": 0.0, "inc": None, "bound": None}
 
     def report(e):
@@ -266,37 +344,71 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
             return
         state.update(last=now, inc=inc, bound=bd)
         gap = None if inc is None or bd is None else max(0.0, (inc - bd) / max(abs(inc), 1e-12))
-        options.progress({"incumbent": inc, "bound": bd, "gap": gap, "elapsed": now})
+        try:
+            options.progress({"incumbent": inc, "bound": bd, "gap": gap, "elapsed": now})
+        except KeyboardInterrupt:
+            stop.set()
+
+    def poll(e):
+        if stop.is_set():
+            e.interrupt()
 
     if options.progress is not None:
         h.cbMipImprovingSolution.subscribe(report)
         h.cbMipInterrupt.subscribe(report)
-    # Ctrl-C: highspy's threaded solve turns KeyboardInterrupt into a cancel
-    h.HandleKeyboardInterrupt = threading.current_thread() is threading.main_thread()
-    interrupted = False
-    try:
-        h.solve()
-    except KeyboardInterrupt:
-        interrupted = True
-        h.cancelSolve()
-        h.wait()
+    for cb in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
+        cb.subscribe(poll)
+    left = options.time_limit - (t0 - t_start)
+    ran = left > 0 and model.index.size <= _NNZ_PER_S * left
+    if not ran:
+        notes = [*notes, f"the model ({model.index.size} nonzeros) is too large to solve in the {max(left, 0):.3g} s "
+                 "left; raise --time-limit"]
+    abandoned = False
+    if ran:
+        h.setOptionValue("time_limit", float(left))
+        worker = threading.Thread(target=_run, args=(h,), daemon=True)
+        worker.start()
+        while worker.is_alive():
+            try:
+                worker.join(0.05)
+            except KeyboardInterrupt:
+                if stop.is_set():
+                    raise
+                stop.set()
+            if time.perf_counter() > t0 + left + _GRACE:
+                stop.set()
+                abandoned = True
+                notes = [*notes, "HiGHS overran the time limit and was abandoned"]
+                break
     solve_time = time.perf_counter() - t0
-    ms = h.getModelStatus()
-    MS = highspy.HighsModelStatus
-    info = h.getInfo()
-    status = {MS.kOptimal: "optimal", MS.kTimeLimit: "time_limit", MS.kInterrupt: "interrupted",
-              MS.kInfeasible: "infeasible"}.get(ms, "feasible")
-    if interrupted:
+    x, bound, extra = x0, None, {"backend": "highs"}
+    status = "time_limit"
+    if ran and not abandoned:
+        ms = h.getModelStatus()
+        MS = highspy.HighsModelStatus
+        info = h.getInfo()
+        status = {MS.kOptimal: "optimal", MS.kTimeLimit: "time_limit", MS.kInterrupt: "interrupted",
+                  MS.kInfeasible: "infeasible"}.get(ms, "feasible")
+        if info.primal_solution_status >= 1 and status != "infeasible":
+            x = np.asarray(h.getSolution().col_value)
+        elif status == "infeasible":
+            x = None
+        bound = info.mip_dual_bound / TIME_SCALE if abs(info.mip_dual_bound) < 1e30 else None
+        if status == "optimal" and x is not None:
+            bound = max(bound or 0.0, 0.0)
+        extra.update(model_status=h.modelStatusToString(ms), nodes=int(info.mip_node_count))
+    if stop.is_set() and not abandoned:
         status = "interrupted"
-    x = None
-    if info.primal_solution_status >= 1 and status != "infeasible":
-        x = np.asarray(h.getSolution().col_value)
-    bound = info.mip_dual_bound / TIME_SCALE if abs(info.mip_dual_bound) < 1e30 else None
-    if status == "optimal" and x is not None:
-        bound = max(bound or 0.0, 0.0)
-    extra = {"backend": "highs", "model_status": h.modelStatusToString(ms), "nodes": int(info.mip_node_count)}
     return finish(graph, cluster, options, "milp", spec, model, x, status, bound, solve_time, build_time, base,
-                  warm_msg, extra)
+                  warm_msg, extra, notes)
+
+
+def _run(h) -> None:
+    """HiGHS's solve, in the worker thread (the C++ run releases the GIL)."""
+    import highspy
+
+    h.run()
+    highspy.Highs.resetGlobalScheduler(False)   # as highspy's own threaded solve does
 
 
 # ----------------------------------------------------------------------------- PuLP
@@ -314,7 +426,7 @@ def pulp_solver(name: str = "PULP_CBC_CMD"):
 def _pulp(graph, cluster, options, solver_name):
     import pulp
 
-    spec, model, x0, warm_msg, base, build_time = prepare(graph, cluster, options)
+    spec, model, x0, warm_msg, base, build_time, notes = prepare(graph, cluster, options)
     if options.write_model:
         write_model(model, options.write_model)
     prob = pulp.LpProblem("optsched", pulp.LpMinimize)
@@ -379,7 +491,7 @@ def _pulp(graph, cluster, options, solver_name):
         x = x0
     extra = {"backend": f"pulp:{solver_name}", "pulp_status": pulp.LpStatus.get(ps, str(ps))}
     return finish(graph, cluster, options, f"pulp:{solver_name}", spec, model, x, status, bound, solve_time,
-                  build_time, base, warm_msg, extra)
+                  build_time, base, warm_msg, extra, notes)
 
 
 pulp_cbc = pulp_solver("PULP_CBC_CMD")

@@ -463,82 +463,133 @@ def order_of(graph: Graph, schedule: Schedule) -> np.ndarray | None:
     return np.array(order, dtype=np.int64)
 
 
-def decisions_from_schedule(graph: Graph, cluster: Cluster, spec: ModelSpec, schedule: Schedule) -> Decisions | None:
-    """Stage the schedule: with exactly T-1 syncs (our own emitted format) the syncs
-    delimit the stages; otherwise a compute belongs to the stage of the next first
-    computation in list order (recomputations are pulled into the stage of the new
-    node that needs them). Returns None if the schedule does not fit the model's
-    stage structure (the caller then checks the rows anyway)."""
+def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -> tuple[Decisions | None, str, int]:
+    """Stage a valid schedule (any devices, copies, recomputations) over the spec's
+    order; returns (decisions, "", K) or (None, why it does not fit the model, K),
+    K the smallest window that would hold its first computations and stages.
+
+    With exactly T-1 syncs (our own emitted format) the syncs give each
+    instruction's natural stage; otherwise a computation belongs to the stage of
+    the next first computation in list order (recomputations are pulled into the
+    stage of the new node that needs them), a copy to the stage of the last
+    first computation before it (so a prefetch issued just before its reader is
+    usable in time) and a free to that of the instruction before it. Each
+    instruction then moves to the earliest stage the model's rules allow: inputs
+    computed on the device in the same or an earlier stage, or copied there in an
+    earlier one; a copy's source resident at the stage start; a free after the
+    last stage that reads the value; a value re-created only after the stage
+    that freed it. Memory is not checked here (`stage_memory`)."""
     a = graph.arrays
     ins = schedule.instructions
-    n, T = spec.n, spec.T
+    n, T, K = spec.n, spec.T, spec.K
     dloc = {spec.dev_names[k]: k for k in range(spec.nD)}
     lloc = {(spec.dev_names[s], spec.dev_names[t]): k for k, (_, s, t) in enumerate(spec.links)}
-    nsync = sum(1 for x in ins if type(x) is Sync)
-    stage = np.zeros(len(ins), dtype=np.int64)
-    if nsync == T - 1:
-        s = 0
-        for i, x in enumerate(ins):
-            if type(x) is Sync:
-                s += 1
-            stage[i] = s
+    ids, pos = a.ids, spec.pos
+    m = len(ins)
+    kind = [type(x) for x in ins]
+    nodes = [a.index.get(x.node, -1) if kx is not Sync else -1 for x, kx in zip(ins, kind, strict=True)]
+    natural = np.zeros(m, dtype=np.int64)
+    if kind.count(Sync) == T - 1:
+        natural[:] = np.cumsum([kx is Sync for kx in kind])
     else:
-        if any(type(x) is Copy for x in ins):
-            return None
-        seen = set()
-        nxt = T - 1
-        first = np.full(len(ins), -1)
-        for i, x in enumerate(ins):
-            if type(x) is Compute:
-                v = a.index[x.node]
-                if v not in seen:
-                    seen.add(v)
-                    first[i] = spec.pos[v]
-        for i in range(len(ins) - 1, -1, -1):
+        seen = np.zeros(n, dtype=bool)
+        first = np.full(m, -1, dtype=np.int64)
+        for i in range(m):
+            if kind[i] is Compute and not seen[nodes[i]]:
+                seen[nodes[i]] = True
+                first[i] = pos[nodes[i]]
+        nxt, prev = n - 1, 0
+        for i in range(m - 1, -1, -1):
             if first[i] >= 0:
                 nxt = int(first[i])
-            stage[i] = nxt
-        # frees go with the stage of the instruction before them
-        for i, x in enumerate(ins):
-            if type(x) is Free:
-                stage[i] = stage[i - 1] if i else 0
-        if (np.diff(stage) < 0).any():
-            return None
+            natural[i] = nxt
+        synced = False
+        for i in range(m):
+            if first[i] >= 0:
+                prev, synced = int(first[i]), False
+            elif kind[i] is Sync:
+                synced = True
+            elif kind[i] is Copy:
+                natural[i] = prev + synced
+            elif kind[i] is Free:
+                natural[i] = natural[i - 1] if i else 0
+    created = np.full((spec.nD, n), -1, dtype=np.int64)   # stage the live instance appeared in
+    ready = np.full((spec.nD, n), -1, dtype=np.int64)     # first stage a compute there may read it
+    last_read = np.full((spec.nD, n), -1, dtype=np.int64)
+    freed = np.full((spec.nD, n), -1, dtype=np.int64)
+    done = np.zeros(n, dtype=bool)
+    delay, late = 0, -1
+    Rl, Cl, Sl = [], [], []     # (device, stage, node); (link, stage, node); (device, from, to, node)
+    for i in range(m):
+        kx, v, s = kind[i], nodes[i], int(natural[i])
+        if kx is Sync:
+            continue
+        x = ins[i]
+        if v < 0:
+            return None, f"instruction {i} names an unknown node {x.node!r}", K
+        if kx is Compute:
+            d = dloc.get(x.device)
+            if d is None:
+                return None, f"{x.device!r} is not a device of the model (--devices, host computation off?)", K
+            us = spec.in_idx[spec.in_ptr[v]:spec.in_ptr[v + 1]]
+            s = max(s, int(freed[d, v]) + 1, int(ready[d, us].max(initial=0)))
+            if not done[v]:
+                done[v] = True
+                if s - pos[v] > delay:
+                    delay, late = int(s - pos[v]), v
+            np.maximum.at(last_read[d], us, s)
+            Rl.append((d, s, v))
+            created[d, v] = ready[d, v] = last_read[d, v] = s
+        elif kx is Copy:
+            k = lloc.get((x.src, x.dst))
+            if k is None:
+                return None, f"the link {x.src}->{x.dst} is not in the model (swapping off?)", K
+            src, dst = spec.links[k][1], spec.links[k][2]
+            s = max(s, int(created[src, v]) + 1, int(freed[dst, v]) + 1)
+            last_read[src, v] = max(last_read[src, v], s)
+            Cl.append((k, s, v))
+            created[dst, v] = last_read[dst, v] = s
+            ready[dst, v] = s + 1
+        else:
+            d = dloc.get(x.device)
+            if d is None:
+                return None, f"{x.device!r} is not a device of the model", K
+            s = max(s, int(last_read[d, v]), int(created[d, v]))
+            Sl.append((d, int(created[d, v]) + 1, s, v))
+            freed[d, v] = s
+            created[d, v] = ready[d, v] = -1
+    for d, v in zip(*np.nonzero(created >= 0), strict=True):
+        Sl.append((int(d), int(created[d, v]) + 1, T, int(v)))
+    last = max([t for _, t, _ in Rl + Cl] + [t for _, _, t, _ in Sl if t < T], default=0)
+    need = max(delay, last - n + 1, 0)
+    if need > K:
+        where = f"{ids[late]!r} is first computed {delay} stages after its position" if delay > K else \
+            f"its last instruction needs stage {last}"
+        return None, f"{where}: needs a window of {need}, the model has {K}", need
     R = np.zeros((spec.nD, T, n), dtype=bool)
     S = np.zeros((spec.nD, T + 1, n), dtype=bool)
     C = np.zeros((spec.nL, T, n), dtype=bool)
-    resident = np.zeros((spec.nD, n), dtype=bool)
-    cur = 0
-    for i, x in enumerate(ins):
-        while cur < stage[i]:
-            cur += 1
-            S[:, cur] = resident
-        tx = type(x)
-        if tx is Compute:
-            d = dloc.get(x.device)
-            if d is None:
-                return None
-            v = a.index[x.node]
-            R[d, cur, v] = True
-            resident[d, v] = True
-        elif tx is Copy:
-            k = lloc.get((x.src, x.dst))
-            if k is None:
-                return None
-            v = a.index[x.node]
-            C[k, cur, v] = True
-            resident[spec.links[k][2], v] = True
-        elif tx is Free:
-            d = dloc.get(x.device)
-            if d is None:
-                return None
-            resident[d, a.index[x.node]] = False
-    while cur < T:
-        cur += 1
-        S[:, cur] = resident
+    for arr, lst in ((R, Rl), (C, Cl)):
+        if lst:
+            z = np.array(lst, dtype=np.int64).T
+            arr[z[0], z[1], z[2]] = True
+    for d, lo, hi, v in Sl:
+        S[d, lo:min(hi, T) + 1, v] = True
     # residency beyond a value's usefulness is not a decision of the model: drop it
     S &= _domain(spec.s_lo, spec.s_hi, T + 1)[None]
-    return Decisions(R, S, C)
+    return Decisions(R, S, C), "", K
+
+
+def stage_memory(spec: ModelSpec, dec: Decisions) -> np.ndarray:
+    """(nD, T) bytes the model's memory rows count for the decisions."""
+    mem = np.zeros((spec.nD, spec.T))
+    for d in range(spec.nD):
+        held = dec.S[d, :spec.T] | dec.R[d]
+        for k, (_, _, b) in enumerate(spec.links):
+            if b == d:
+                held = held | dec.C[k]
+        mem[d] = held.astype(np.float64) @ spec.nbytes + (dec.R[d] * spec.ws[None, :]).max(axis=1, initial=0.0)
+    return mem
 
 
 def emit(graph: Graph, spec: ModelSpec, dec: Decisions) -> list:
