@@ -218,10 +218,10 @@ def _infeasible(graph, cluster, options, base, why):
 
 
 def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, solve_time, build_time, base,
-           warm_msg, extra=None, notes=()):
+           warm_msg, extra=None, notes=(), solve_notes=()):
     """Solution -> schedule, checked by the simulator; or the best candidate (baseline or
     heuristic) when it simulates faster; or InfeasibleError. `notes` (candidates that could
-    not start the MILP, and why) go into the report's message."""
+    not start the MILP, and why) and `solve_notes` go into the report's message."""
     valid_base = [b for b in base if b[2].valid]
     best_base = min(valid_base, key=lambda b: b[2].makespan) if valid_base else None
     extra = dict(extra or {})
@@ -233,7 +233,7 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
         extra["warm_start_rejected"] = list(notes)
 
     def msg(head):
-        return "; ".join(m for m in (head, why) if m)
+        return "; ".join(m for m in (head, *solve_notes, why) if m)
 
     if x is None:
         if status == "infeasible" and best_base is None:
@@ -360,9 +360,10 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
         cb.subscribe(poll)
     left = options.time_limit - (t0 - t_start)
     ran = left > 0 and model.index.size <= _NNZ_PER_S * left
+    solve_notes = []
     if not ran:
-        notes = [*notes, f"the model ({model.index.size} nonzeros) is too large to solve in the {max(left, 0):.3g} s "
-                 "left; raise --time-limit"]
+        solve_notes.append(f"the model ({model.index.size} nonzeros) is too large to solve in the "
+                           f"{max(left, 0):.3g} s left; raise --time-limit")
     abandoned = False
     if ran:
         h.setOptionValue("time_limit", float(left))
@@ -378,7 +379,7 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
             if time.perf_counter() > t0 + left + _GRACE:
                 stop.set()
                 abandoned = True
-                notes = [*notes, "HiGHS overran the time limit and was abandoned"]
+                solve_notes.append("HiGHS overran the time limit and was abandoned")
                 break
     solve_time = time.perf_counter() - t0
     x, bound, extra = x0, None, {"backend": "highs"}
@@ -400,7 +401,7 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     if stop.is_set() and not abandoned:
         status = "interrupted"
     return finish(graph, cluster, options, "milp", spec, model, x, status, bound, solve_time, build_time, base,
-                  warm_msg, extra, notes)
+                  warm_msg, extra, notes, solve_notes)
 
 
 def _run(h) -> None:
