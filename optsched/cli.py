@@ -99,24 +99,27 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def cmd_info(args) -> int:
+def _baseline(g: Graph, name: str) -> dict:
+    """A baseline solver's simulated peak and step time with unbounded memory (or why it failed)."""
     from .simulate import simulate
     from .solvers import solve
+
+    cl = _unbounded(g)
+    try:
+        r = simulate(g, cl, solve(g, cl, name))
+    except OptschedError as e:
+        return {"error": e.message}
+    dev = next(d for d in cl.devices if r.busy[d.name] > 0 or d is cl.devices[-1])
+    return {"device": dev.name, "peak_bytes": r.peak[dev.name], "step_time_s": r.makespan,
+            "recompute_s": r.recompute_time}
+
+
+def cmd_info(args) -> int:
     from .summary import graph_summary
 
     g = _load_graph(args.graph)
     info = graph_summary(g)
-    cl = _unbounded(g)
-    baselines = {}
-    for name in ("keep-everything", "chen-sqrt"):
-        try:
-            r = simulate(g, cl, solve(g, cl, name))
-        except OptschedError as e:
-            baselines[name] = {"error": e.message}
-            continue
-        dev = next(d for d in cl.devices if r.busy[d.name] > 0 or d is cl.devices[-1])
-        baselines[name] = {"device": dev.name, "peak_bytes": r.peak[dev.name], "step_time_s": r.makespan,
-                           "recompute_s": r.recompute_time}
+    baselines = {name: _baseline(g, name) for name in ("keep-everything", "chen-sqrt")}
     info["baselines"] = baselines
     if args.json:
         _emit(args, info)
@@ -310,6 +313,114 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def _shape(text: str) -> list[int]:
+    try:
+        shape = [int(x) for x in text.split(",")]
+    except ValueError:
+        shape = []
+    if not shape or min(shape) < 1:
+        raise OptschedError(f"bad input shape {text!r}", field="--input-shape",
+                            hint="give positive sizes separated by commas, e.g. 8,3,224,224")
+    return shape
+
+
+def _factory(spec: str):
+    """A built-in model's factory, or FACTORY from MODULE:FACTORY (a dotted module, also found from the working
+    directory, or a .py file)."""
+    import importlib
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    from .capture.models import BUILTIN
+
+    if spec in BUILTIN:
+        return BUILTIN[spec]
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise OptschedError(f"unknown model {spec!r}", field="MODEL",
+                            hint=f"give MODULE:FACTORY, path/to/file.py:FACTORY or one of {', '.join(BUILTIN)}")
+    try:
+        if where.endswith(".py") or os.sep in where:
+            loader = importlib.util.spec_from_file_location(Path(where).stem, where)
+            module = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:  # the console script's path does not include the working directory
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(where)
+    except Exception as e:  # noqa: BLE001 - whatever the user's module raises is one line for them
+        raise OptschedError(f"cannot import {where!r}: {type(e).__name__}: {e}", field="MODEL") from e
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise OptschedError(f"{where!r} has no function {name!r}", field="MODEL")
+    return fn
+
+
+def cmd_capture(args) -> int:
+    import torch
+
+    from .capture import CaptureError, capture_factory, normalize_example
+    from .formats import save_graph
+    from .summary import graph_summary
+
+    factory = _factory(args.model)
+    shapes = [_shape(s) for s in args.input_shape or ()]
+    kinds = args.input_dtype or ["float"]
+    if len(kinds) not in (1, len(shapes)):
+        raise OptschedError(f"{len(kinds)} --input-dtype for {len(shapes)} --input-shape", field="--input-dtype",
+                            hint="give one for all inputs or one per input")
+    kinds = kinds * len(shapes) if len(kinds) == 1 else kinds
+    if "long" in kinds[:len(shapes)] and not args.vocab:
+        raise OptschedError("long inputs need --vocab N (token ids are drawn from 0..N-1)", field="--vocab")
+
+    def build():
+        try:
+            ex = factory()
+        except OptschedError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's factory failing is one line, not a traceback
+            raise CaptureError(f"the factory {args.model!r} raised {type(e).__name__}: {e}") from e
+        ex = normalize_example(ex)
+        if shapes:  # made here, so that under --fake they are fake too
+            ex["inputs"] = tuple(torch.randint(0, args.vocab, s) if k == "long" else torch.randn(s)
+                                 for s, k in zip(shapes, kinds, strict=True))
+        return ex
+
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    start = time.perf_counter()
+    g = capture_factory(build, fake=args.fake, dtype=dtypes.get(args.dtype), optimizer=args.optimizer,
+                        cuda=args.cuda_preset, profile=args.profile, name=args.model)
+    seconds = time.perf_counter() - start
+    cap = g.meta["capture"]
+    cap["source"] = {"model": args.model, "input_shapes": shapes or None, "input_dtype": kinds if shapes else None,
+                     "vocab": args.vocab, "dtype": args.dtype, "fake": args.fake}
+    save_graph(g, args.output)
+    info = graph_summary(g)
+    info.update(capture_s=seconds, parameters=cap["parameters"], cost=cap["cost"], cuda_model=cap["cuda_model"],
+                parameter_bytes=sum(n.bytes for n in g.nodes if n.id in cap["params"]),
+                keep_everything=_baseline(g, "keep-everything"), profile_failed=cap.get("profile_failed", []),
+                output=args.output)
+    if args.json:
+        _emit(args, info)
+        return 0
+    ke = info["keep_everything"]
+    print(f"captured {args.model!r} in {format_time(seconds)}: {info['nodes']} nodes, {info['edges']} edges, "
+          f"{info['required']} required results")
+    print("kinds          " + ", ".join(f"{k} {v}" for k, v in sorted(info["kinds"].items())))
+    print(f"parameters     {info['parameters']:,} ({format_size(info['parameter_bytes'])})")
+    print(f"costs          {info['cost']}; cuda: {info['cuda_model']}; total "
+          + ", ".join(f"{k} {format_time(v)}" for k, v in info["total_compute_s"].items()))
+    if info["profile_failed"]:
+        print(f"               {len(info['profile_failed'])} operations could not be profiled (roofline kept)")
+    print(f"lower bound    {format_size(info['memory_lower_bound'])} (operation {info['largest_operation']!r})")
+    print("peak memory    " + (f"{format_size(ke['peak_bytes'])} keeping everything (step time "
+                                f"{format_time(ke['step_time_s'])} on {ke['device']})" if "peak_bytes" in ke
+                                else ke["error"]))
+    print(f"wrote {args.output}")
+    return 0
+
+
 def cmd_examples(args) -> int:
     from .formats.importers import example_graph_path
 
@@ -400,6 +511,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the table as CSV here")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_sweep)
+
+    p = sub.add_parser("capture", help="trace one training step of a PyTorch model into a graph file (needs torch)")
+    p.add_argument("model", metavar="MODEL", help="MODULE:FACTORY, path/to/file.py:FACTORY, or a built-in: mlp, "
+                   "cnn, transformer, gpt2, bert. FACTORY() returns a module, (model, inputs[, loss_fn]) or "
+                   "dict(model=, inputs=, targets=, loss_fn=)")
+    p.add_argument("--input-shape", action="append", metavar="SHAPE",
+                   help="one per model input, e.g. 8,3,224,224; replaces the factory's inputs (its targets and "
+                   "loss stay)")
+    p.add_argument("--input-dtype", action="append", choices=["float", "long"],
+                   help="float (randn, the default) or long (token ids below --vocab); once for all inputs or "
+                   "once per --input-shape")
+    p.add_argument("--vocab", type=int, help="with --input-dtype long: token ids are drawn from 0..N-1")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="convert the model and float inputs")
+    p.add_argument("--fake", action="store_true",
+                   help="build the model under FakeTensorMode: shapes only, no weights in memory")
+    p.add_argument("--profile", action="store_true",
+                   help="measure each operation on this machine instead of the roofline model")
+    p.add_argument("--optimizer", choices=["sgd", "adam"], help="add the parameter update to the graph")
+    p.add_argument("--cuda-preset", default="h100", help="roofline rates for the cuda cost: h100 (default) or a100")
+    p.add_argument("-o", "--output", required=True, help="write the graph here")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_capture)
 
     p = sub.add_parser("examples", help="list the example graphs shipped with optsched")
     p.set_defaults(fn=cmd_examples)

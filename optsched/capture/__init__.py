@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from ..graph import Graph
 from .cost import PRESETS, DeviceModel, measure_cpu, profiled, roofline
-from .trace import CaptureError, Step, default_loss, export_step, joint_to_graph
+from .trace import CaptureError, Step, _as_tuple, default_loss, export_step, joint_to_graph
 
 __all__ = ["capture", "capture_step", "capture_factory", "normalize_example", "CaptureError", "DeviceModel",
            "PRESETS", "measure_cpu", "export_step", "Step", "default_loss"]
@@ -63,6 +63,7 @@ def capture_step(model, example_inputs, loss_fn: Callable | None = None, *, targ
     info = graph.meta["capture"]
     info["cost"] = "profiled" if profile else "roofline"
     info["cuda_model"] = models["cuda"].name
+    info["parameters"] = sum(p.numel() for p in model.parameters())
     if failed:
         info["profile_failed"] = failed
     return step, graph
@@ -92,12 +93,13 @@ def normalize_example(obj) -> dict:
                        hint="return a module, (model, inputs[, loss_fn]) or dict(model=..., inputs=...)")
 
 
-def capture_factory(factory: Callable[[], object], *, inputs=None, targets=None, fake: bool = False,
+def capture_factory(factory: Callable[[], object], *, inputs=None, targets=None, fake: bool = False, dtype=None,
                     **kw) -> Graph:
     """Build the model with `factory()` (under FakeTensorMode when `fake`) and capture it.
 
     `inputs`/`targets` override what the factory returns; under `fake` they are
-    made fake too, so no real activation memory is touched.
+    made fake too, so no real activation memory is touched. `dtype` (say
+    torch.bfloat16) converts the model and the floating-point inputs and targets.
     """
     import contextlib
 
@@ -106,16 +108,20 @@ def capture_factory(factory: Callable[[], object], *, inputs=None, targets=None,
     mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
     with mode if mode else contextlib.nullcontext():
         ex = normalize_example(factory())
-        inputs = inputs if inputs is not None else ex.get("inputs")
-        targets = targets if targets is not None else ex.get("targets")
+        model = ex["model"]
+        inputs = _as_tuple(inputs if inputs is not None else ex.get("inputs"))
+        targets = _as_tuple(targets if targets is not None else ex.get("targets"))
         if fake:
             conv = lambda t: mode.from_tensor(t) if hasattr(t, "dim") and not _fake_tensor(t) else t
-            inputs = tuple(conv(t) for t in (inputs if isinstance(inputs, (tuple, list)) else (inputs,)))
-            targets = tuple(conv(t) for t in (targets or ()))
-    if inputs is None:
+            inputs, targets = tuple(map(conv, inputs)), tuple(map(conv, targets))
+        if dtype is not None:
+            model = model.to(dtype)
+            cast = lambda t: t.to(dtype) if hasattr(t, "is_floating_point") and t.is_floating_point() else t
+            inputs, targets = tuple(map(cast, inputs)), tuple(map(cast, targets))
+    if not inputs:
         raise CaptureError("no example inputs: the factory returned none and no input shape was given",
                            hint="give --input-shape, e.g. --input-shape 8,3,224,224")
-    return capture(ex["model"], inputs, ex.get("loss_fn"), targets=targets, **kw)
+    return capture(model, inputs, ex.get("loss_fn"), targets=targets, **kw)
 
 
 def _fake_tensor(t) -> bool:
