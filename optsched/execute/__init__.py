@@ -1,0 +1,80 @@
+"""Run a schedule in a real training step, and a drop-in training step for a user's loop.
+
+    step = optsched.execute.compile(model, (x,), F.cross_entropy, targets=(y,), mem="4GB")
+    for x, y in data:
+        loss = step(x, y)        # fills .grad like loss.backward()
+        opt.step(); opt.zero_grad()
+
+The schedule is solved once (or loaded) and replayed every step; `step.last`
+holds the measured peak and wall time of the latest step beside the
+simulator's prediction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ..cluster import Cluster, check_cluster, single_accelerator
+from ..errors import OptschedError
+from ..graph import Graph
+from ..schedule import Schedule
+from .replay import ExecuteError, Replayer, StepStats, check_match, device_map
+
+__all__ = ["compile", "execute", "TrainStep", "Replayer", "StepStats", "ExecuteError", "device_map", "check_match"]
+
+
+def _cluster(mem, cluster: Cluster | None) -> Cluster:
+    from ..units import parse_size
+
+    if (mem is None) == (cluster is None):
+        raise OptschedError("give exactly one of mem= and cluster=", hint='e.g. mem="16GB"')
+    if cluster is not None:
+        return check_cluster(cluster)
+    return check_cluster(single_accelerator(parse_size(mem, "mem") if isinstance(mem, str) else int(mem)))
+
+
+class TrainStep:
+    """A model bound to a schedule: calling it runs one training step and returns the loss."""
+
+    def __init__(self, replayer: Replayer, graph: Graph, cluster: Cluster, schedule: Schedule):
+        self.replayer, self.graph, self.cluster, self.schedule = replayer, graph, cluster, schedule
+        self.last: StepStats | None = None
+
+    def __call__(self, *args, allocator: bool = False):
+        import torch
+
+        n = self.replayer.step.num_inputs
+        self.last = self.replayer.run(args[:n], args[n:], allocator=allocator)
+        return torch.tensor(self.last.loss)
+
+    @property
+    def predicted(self):
+        return self.replayer.predicted
+
+
+def compile(model, example_inputs, loss_fn: Callable | None = None, *, targets=None, mem=None,
+            cluster: Cluster | None = None, solver: str = "milp", options=None, schedule: Schedule | str | None = None,
+            devices: Mapping[str, str] | None = None, cuda="h100") -> TrainStep:
+    """Capture the model's step, solve it for the budget (or load `schedule`), and return a `TrainStep`."""
+    from ..capture import capture_step
+    from ..solvers import solve
+
+    cluster = _cluster(mem, cluster)
+    step, graph = capture_step(model, example_inputs, loss_fn, targets=targets, cuda=cuda)
+    if isinstance(schedule, str):
+        from ..formats import load_schedule
+
+        schedule = load_schedule(schedule)
+    if schedule is None:
+        schedule = solve(graph, cluster, solver, options)
+    return TrainStep(Replayer(model, step, graph, cluster, schedule, devices), graph, cluster, schedule)
+
+
+def execute(model, inputs, graph: Graph, schedule: Schedule, cluster: Cluster, *, targets=None,
+            loss_fn: Callable | None = None, devices: Mapping[str, str] | None = None,
+            allocator: bool = False) -> StepStats:
+    """One training step of `model` as `schedule` says; the graph must have been captured from this model."""
+    from ..capture import export_step
+
+    step = export_step(model, inputs, targets, loss_fn)
+    return Replayer(model, step, graph, cluster, schedule, devices).run(inputs, targets or (), allocator=allocator)

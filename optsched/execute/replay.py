@@ -1,0 +1,397 @@
+"""Replay a schedule on real tensors: the instruction list of the schedule contract, op by op.
+
+The traced joint graph (`capture.trace.Step`) gives each node's ATen call.
+`Replayer` walks the schedule once per training step:
+- `compute v @ d`: run v's op on d's torch device with its inputs resident
+  there (views are re-derived from their storage owner when read, never
+  stored); a parameter or data input is placed on d (no copy when it already
+  lives there); a multi-output op keeps the outputs the schedule computes next
+  in a stash, or reruns the op for an output whose stash is gone;
+- `copy v a->b`: a real copy (a clone when both map to one torch device, so
+  memory behaves as on two devices); host-bound copies from CUDA go into
+  pinned buffers reused across steps, on one CUDA stream per link;
+- `free v @ d`: drop the tensor; on CUDA `record_stream` keeps the caching
+  allocator from reusing it before every stream that read it is done;
+- `sync`: wait for every stream.
+On CUDA each device computes on its own stream and every tensor carries the
+event of the stream that made it, which readers wait on: the stream semantics
+of the simulator. On CPU everything runs in list order.
+
+At the end the loss is returned, parameter gradients are accumulated into
+`.grad` (as `loss.backward()` would), buffer updates are copied into the
+buffers, and every tensor of the step is released.
+
+Memory is measured two ways: a ledger of the storages each device holds
+(per device, at every instruction, outputs included while they are made) and,
+on CUDA, `torch.cuda.max_memory_allocated`; on CPU the allocator's own peak
+(`capture.memory.cpu_allocation_peak`) over all CPU-mapped devices together.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from ..capture.trace import Step, _op_name, fold
+from ..cluster import Cluster
+from ..errors import OptschedError
+from ..graph import Graph
+from ..schedule import Compute, Copy, Free, Schedule, Sync
+from ..simulate import SimResult, describe, simulate
+
+
+class ExecuteError(OptschedError):
+    """A schedule, graph or input that does not fit the model being run."""
+
+
+@dataclass
+class StepStats:
+    """What one replayed step measured, beside what the simulator predicted."""
+
+    loss: float
+    wall_time: float
+    peak: dict[str, int]                 # ledger: bytes of storages held per schedule device
+    allocator_peak: dict[str, int]       # torch device -> allocator peak over the step (cuda always, cpu on request)
+    predicted: SimResult = field(repr=False)
+
+
+def device_map(cluster: Cluster, devices: Mapping[str, str] | None = None) -> dict[str, torch.device]:
+    """Schedule device -> torch device: accelerators to cuda:0.. while there are GPUs, else the CPU."""
+    out: dict[str, torch.device] = {}
+    given = dict(devices or {})
+    unknown = set(given) - {d.name for d in cluster.devices}
+    if unknown:
+        raise ExecuteError(f"device map names {sorted(unknown)}, which the cluster does not have",
+                           field="devices", hint="map the cluster's devices: " + ", ".join(cluster.device_index))
+    gpu = 0
+    for d in cluster.devices:
+        if d.name in given:
+            out[d.name] = torch.device(given[d.name])
+        elif d.kind == "cuda" and torch.cuda.is_available() and gpu < torch.cuda.device_count():
+            out[d.name] = torch.device("cuda", gpu)
+            gpu += 1
+        else:
+            out[d.name] = torch.device("cpu")
+    return out
+
+
+def check_match(step: Step, graph: Graph) -> None:
+    """Refuse a graph that was not captured from this model: every node must be the same FX call."""
+    info = graph.meta.get("capture") if isinstance(graph.meta, Mapping) else None
+    if not info:
+        raise ExecuteError(f"graph {graph.name!r} was not captured from a PyTorch model",
+                           hint="capture it with optsched capture (imported graphs cannot be executed)")
+    if info.get("optimizer"):
+        raise ExecuteError("the graph includes the optimizer update", field="optimizer",
+                           hint="capture without --optimizer: the torch optimizer applies the update after the step")
+    fx = {n.name: n for n in step.gm.graph.nodes}
+    f = fold(step)
+    for node in graph.nodes:
+        name = info["fx"].get(node.id)
+        n = fx.get(name) if name else None
+        if n is None or f.owner.get(name) != name:
+            raise ExecuteError("the graph does not match the model: no such traced operation",
+                               node=node.id, hint="capture the graph again from this model and these input shapes")
+        if node.kind not in ("param", "input"):
+            target = n.args[0] if n.target is operator.getitem else n
+            if _op_name(target) != node.op:
+                raise ExecuteError(f"the graph does not match the model: the model runs {_op_name(target)} "
+                                   f"where the graph has {node.op}", node=node.id,
+                                   hint="capture the graph again from this model and these input shapes")
+
+
+class Replayer:
+    """One schedule bound to one model: `run(inputs, targets)` performs a training step."""
+
+    def __init__(self, model: torch.nn.Module, step: Step, graph: Graph, cluster: Cluster, schedule: Schedule,
+                 devices: Mapping[str, str] | None = None):
+        check_match(step, graph)
+        sim = simulate(graph, cluster, schedule)
+        if not sim.valid:
+            raise ExecuteError(f"the schedule is not valid for this graph and cluster: {describe(sim.violation)}",
+                               hint="solve again for this budget, or check --mem/--cluster")
+        self.model, self.step, self.graph, self.cluster, self.schedule = model, step, graph, cluster, schedule
+        self.predicted = sim
+        self.dev = device_map(cluster, devices)
+        self.fx = {n.name: n for n in step.gm.graph.nodes}
+        self.graph_ids = {n.id for n in graph.nodes}
+        f = fold(step)
+        self.owner = f.owner
+        self.op_of: dict[str, torch.fx.Node] = {}   # output node id -> multi-output FX op
+        self.index_of: dict[str, int] = {}
+        self.primary_of_op = f.primary
+        for op, outs in f.outputs.items():
+            for o in outs:
+                self.op_of[o] = self.fx[op]
+                self.index_of[o] = self.fx[o].args[1]
+        self.take_next = self._plan_stash(schedule)
+        self.source = {}
+        for ph, fqn in step.params.items():
+            self.source[ph] = ("param", fqn)
+        for ph, fqn in step.buffers.items():
+            self.source[ph] = ("buffer", fqn)
+        for k, ph in enumerate(step.inputs):
+            self.source[ph] = ("input", k)
+        self.output_node = next(n for n in step.gm.graph.nodes if n.op == "output")
+        self.shapes = [tuple(self.fx[ph].meta["val"].shape) for ph in step.inputs]
+        self.dtypes = [self.fx[ph].meta["val"].dtype for ph in step.inputs]
+        self.cuda = any(d.type == "cuda" for d in self.dev.values())
+        self.streams: dict[str, torch.cuda.Stream] = {}
+        if self.cuda:
+            for name, d in self.dev.items():
+                if d.type == "cuda":
+                    self.streams[name] = torch.cuda.Stream(d)
+            for link in cluster.links:
+                a, b = self.dev[link.src], self.dev[link.dst]
+                side = a if a.type == "cuda" else b
+                if side.type == "cuda":
+                    self.streams[f"{link.src}->{link.dst}"] = torch.cuda.Stream(side)
+        self.pinned: dict[tuple, list[torch.Tensor]] = {}
+
+    def _plan_stash(self, schedule: Schedule) -> dict[int, list[str]]:
+        """For each compute of a multi-output primary: the other outputs computed on its device before any
+        other computation there (those are handed over from the same run)."""
+        plan: dict[int, list[str]] = {}
+        ins = schedule.instructions
+        for k, x in enumerate(ins):
+            if not isinstance(x, Compute) or x.node not in self.op_of:
+                continue
+            op = self.op_of[x.node]
+            if self.primary_of_op[op.name] != x.node:
+                continue
+            take = []
+            for y in ins[k + 1:]:
+                if isinstance(y, Compute) and y.device == x.device:
+                    if self.op_of.get(y.node) is not op:
+                        break
+                    take.append(y.node)
+            plan[k] = take
+        return plan
+
+    # -- values -----------------------------------------------------------------------------------------------------
+
+    def _value(self, d: str, n: torch.fx.Node):
+        """The tensor of FX node n on schedule device d: resident, or a view re-derived from its owner."""
+        env = self.env[d]
+        if n.name in env:
+            return env[n.name]
+        if n.name in self.graph_ids:
+            raise ExecuteError(f"{n.name} is read on {d} where it is not resident (an executor bug: the simulator "
+                               "accepted this schedule)")
+        if n.target is operator.getitem:
+            return self._value(d, n.args[0])[n.args[1]]
+        return self._call(d, n)
+
+    def _call(self, d: str, n: torch.fx.Node):
+        resolve = lambda a: self._value(d, a)
+        args = torch.fx.node.map_arg(n.args, resolve)
+        kwargs = torch.fx.node.map_arg(n.kwargs, resolve)
+        if "device" in kwargs:   # factory ops were traced with the capture's device
+            kwargs = {**kwargs, "device": self.dev[d]}
+        return n.target(*args, **kwargs)
+
+    # -- bookkeeping ------------------------------------------------------------------------------------------------
+
+    def _put(self, d: str, v: str, t: torch.Tensor, stream) -> None:
+        self.env[d][v] = t
+        nb = t.untyped_storage().nbytes()
+        self.held[d][v] = nb
+        self.level[d] += nb
+        self.peak[d] = max(self.peak[d], self.level[d])
+        if stream is not None:
+            ev = torch.cuda.Event()
+            ev.record(stream)
+            self.ready[(d, v)] = ev
+
+    def _drop(self, d: str, v: str) -> None:
+        t = self.env[d].pop(v)
+        self.level[d] -= self.held[d].pop(v)
+        self._drop_stash(d, v)
+        for s in self.readers.pop((d, v), ()):
+            t.record_stream(s)
+        ev = self.ready.pop((d, v), None)
+        if t.device.type == "cpu" and t.is_pinned():
+            self.pinned.setdefault((tuple(t.shape), t.stride(), t.dtype), []).append((t, ev))
+
+    def _drop_stash(self, d: str, primary: str) -> None:
+        for t in self.stash[d].pop(primary, {}).values():
+            self.level[d] -= t.untyped_storage().nbytes()
+
+    def _wait_inputs(self, d: str, node_id: str, stream) -> None:
+        for src in self.graph.node(node_id).inputs:
+            ev = self.ready.get((d, src))
+            if ev is None:
+                continue
+            if stream is None:
+                ev.synchronize()
+            else:
+                stream.wait_event(ev)
+                self.readers.setdefault((d, src), set()).add(stream)
+
+    # -- instructions -----------------------------------------------------------------------------------------------
+
+    def _compute(self, k: int, d: str, v: str, inputs: tuple, targets: tuple) -> None:
+        dev = self.dev[d]
+        stream = self.streams.get(d)
+        self._wait_inputs(d, v, stream)
+        with torch.cuda.stream(stream) if stream is not None else _nullcontext():
+            if v in self.source:
+                what, key = self.source[v]
+                if what == "param":
+                    t = self.model.get_parameter(key).detach()
+                elif what == "buffer":
+                    t = self.model.get_buffer(key)
+                else:
+                    t = (inputs + targets)[key]
+                t = t.to(dev, non_blocking=True)
+            elif v in self.op_of:
+                op = self.op_of[v]
+                stashed = self.stash[d].get(self.primary_of_op[op.name], {})
+                if v in stashed:
+                    t = stashed.pop(v)
+                    self.level[d] -= t.untyped_storage().nbytes()  # moves from the stash into the ledger
+                else:
+                    outs = self._call(d, op)
+                    t = outs[self.index_of[v]]
+                    if v == self.primary_of_op[op.name]:
+                        self._drop_stash(d, v)
+                        # keep only the outputs the schedule computes right after this one: holding any other
+                        # would be memory the schedule does not count (the op runs again for it when asked)
+                        rest = {o: outs[self.index_of[o]] for o in self.take_next.get(k, ())}
+                        self.stash[d][v] = rest
+                        self.level[d] += sum(x.untyped_storage().nbytes() for x in rest.values())
+                        self.peak[d] = max(self.peak[d], self.level[d] + t.untyped_storage().nbytes())
+            else:
+                t = self._call(d, self.fx[v])
+            self._put(d, v, t, stream)
+
+    def _copy(self, v: str, a: str, b: str) -> None:
+        src = self.env[a][v]
+        da, db = self.dev[a], self.dev[b]
+        stream = self.streams.get(f"{a}->{b}")
+        ev = self.ready.get((a, v))
+        if stream is not None and ev is not None:
+            stream.wait_event(ev)
+            self.readers.setdefault((a, v), set()).add(stream)
+        elif ev is not None:
+            ev.synchronize()
+        with torch.cuda.stream(stream) if stream is not None else _nullcontext():
+            if da == db:
+                t = src.clone()
+            elif db.type == "cpu" and da.type == "cuda":
+                t = self._pinned_like(src)
+                t.copy_(src, non_blocking=True)
+            else:
+                t = src.to(db, non_blocking=True)
+        self._put(b, v, t, stream)
+
+    def _pinned_like(self, src: torch.Tensor) -> torch.Tensor:
+        pool = self.pinned.get((tuple(src.shape), src.stride(), src.dtype))
+        while pool:
+            t, ev = pool.pop()
+            if ev is not None:
+                ev.synchronize()
+            return t
+        return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, pin_memory=True)
+
+    def _sync(self) -> None:
+        if self.cuda:
+            for d in {x for x in self.dev.values() if x.type == "cuda"}:
+                torch.cuda.synchronize(d)
+
+    # -- the step ---------------------------------------------------------------------------------------------------
+
+    def _check_inputs(self, args: tuple) -> None:
+        if len(args) != len(self.shapes):
+            raise ExecuteError(f"the step takes {self.step.num_inputs} input(s) and "
+                               f"{len(self.shapes) - self.step.num_inputs} target(s), got {len(args)} tensors")
+        for k, (t, shape, dtype) in enumerate(zip(args, self.shapes, self.dtypes, strict=True)):
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype:
+                got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ExecuteError(f"argument {k} is {got}; the schedule was made for {shape} {dtype}",
+                                   field=f"input {k}", hint="capture and solve again for this input shape")
+
+    def _run(self, inputs: tuple, targets: tuple) -> torch.Tensor:
+        names = list(self.dev)
+        self.env = {d: {} for d in names}
+        self.held = {d: {} for d in names}
+        self.stash = {d: {} for d in names}
+        self.level = dict.fromkeys(names, 0)
+        self.peak = dict.fromkeys(names, 0)
+        self.ready, self.readers = {}, {}
+        for k, ins in enumerate(self.schedule.instructions):
+            if isinstance(ins, Compute):
+                self._compute(k, ins.device, ins.node, inputs, targets)
+            elif isinstance(ins, Copy):
+                self._copy(ins.node, ins.src, ins.dst)
+            elif isinstance(ins, Free):
+                self._drop(ins.device, ins.node)
+            elif isinstance(ins, Sync):
+                self._sync()
+        self._sync()
+        loss = self._finish()
+        for d in names:
+            for v in list(self.env[d]):
+                self._drop(d, v)
+        return loss
+
+    def _where(self, node_id: str) -> str:
+        return next(d for d in self.env if node_id in self.env[d])
+
+    def _finish(self) -> torch.Tensor:
+        """Loss out, gradients into `.grad`, buffer updates into the buffers."""
+        f_owner = self.owner
+        outs = {n.name: n for n in self.output_node.all_input_nodes}
+        with torch.no_grad():
+            for name, fqn in self.step.grads.items():
+                p = self.model.get_parameter(fqn)
+                g = self._value(self._where(f_owner[name]), outs[name]).to(p.device)
+                if p.grad is None:
+                    p.grad = g if g.untyped_storage().nbytes() == g.numel() * g.element_size() else g.clone()
+                else:
+                    p.grad += g
+            for name, fqn in self.step.buffer_updates.items():
+                self.model.get_buffer(fqn).copy_(self._value(self._where(f_owner[name]), outs[name]))
+        loss_owner = f_owner[self.step.loss]
+        return self._value(self._where(loss_owner), self.fx[self.step.loss]).detach()
+
+    def run(self, inputs, targets=(), *, allocator: bool = False) -> StepStats:
+        """One training step; returns the loss and what was measured beside the prediction.
+
+        allocator=True also records the CPU allocator's peak through the profiler, which slows the step.
+        """
+        from ..capture.memory import cpu_allocation_peak
+
+        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        targets = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,) if targets is not None else ()
+        self._check_inputs(inputs + targets)
+        box: dict[str, torch.Tensor] = {}
+        measured: dict[str, int] = {}
+        cuda_devs = sorted({str(x) for x in self.dev.values() if x.type == "cuda"})
+        for c in cuda_devs:
+            torch.cuda.reset_peak_memory_stats(c)
+        t0 = time.perf_counter()
+        if allocator and any(x.type == "cpu" for x in self.dev.values()):
+            from ..capture.memory import _resident
+
+            measured["cpu"] = _resident(self.model, inputs + targets) + \
+                cpu_allocation_peak(lambda: box.setdefault("loss", self._run(inputs, targets)))
+        else:
+            box["loss"] = self._run(inputs, targets)
+        self._sync()
+        wall = time.perf_counter() - t0
+        for c in cuda_devs:
+            measured[c] = int(torch.cuda.max_memory_allocated(c))
+        return StepStats(float(box["loss"]), wall, dict(self.peak), measured, self.predicted)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False

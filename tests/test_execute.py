@@ -1,0 +1,245 @@
+"""The executor: schedules from every solver replay a real training step whose loss and gradients equal plain
+`loss.backward()`, step after step with an optimizer; memory measured on CPU agrees with the simulator; bad
+input is refused before anything runs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from optsched.capture import capture_step  # noqa: E402
+from optsched.capture.models import BUILTIN  # noqa: E402
+from optsched.capture.trace import _WithLoss  # noqa: E402
+from optsched.cluster import single_accelerator  # noqa: E402
+from optsched.execute import ExecuteError, Replayer, compile, execute  # noqa: E402
+from optsched.formats.importers import example_graph_path, import_graph  # noqa: E402
+from optsched.schedule import Compute, Copy  # noqa: E402
+from optsched.simulate import simulate  # noqa: E402
+from optsched.solvers import solve  # noqa: E402
+
+# (solver, budget as a fraction of the keep-everything peak)
+CASES = [("keep-everything", 1.0), ("chen-sqrt", 1.0), ("chen-greedy", 1.0), ("offload-all", 1.0),
+         ("dtr", 0.7), ("heuristic", 0.65)]
+MODELS = ["mlp", "cnn", "transformer"]
+
+
+@pytest.fixture(scope="module", params=MODELS + ["gpt2"])
+def captured(request):
+    if request.param == "gpt2":
+        pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    ex = BUILTIN[request.param]()
+    step, graph = capture_step(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    big = single_accelerator(2**40)
+    keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
+    return request.param, ex, step, graph, keep
+
+
+def _eager_grads(model, ex):
+    ref = copy.deepcopy(model)
+    ref.zero_grad(set_to_none=True)
+    loss = _WithLoss(ref, ex["loss_fn"], len(ex["inputs"]))(*ex["inputs"], *ex["targets"])[0]
+    loss.backward()
+    return loss.detach(), [p.grad for p in ref.parameters()]
+
+
+def _train(step_fn, model, ex, steps=3):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        losses.append(step_fn())
+        opt.step()
+    return losses
+
+
+@pytest.mark.parametrize("solver,frac", CASES)
+def test_gradients_equal_eager(captured, solver, frac):
+    name, ex, step, graph, keep = captured
+    model = ex["model"]
+    cluster = single_accelerator(int(keep * frac))
+    schedule = solve(graph, cluster, solver)
+    replay = Replayer(model, step, graph, cluster, schedule)
+    model.zero_grad(set_to_none=True)
+    want_loss, want = _eager_grads(model, ex)
+    stats = replay.run(ex["inputs"], ex["targets"])
+    assert stats.loss == want_loss.item()
+    for p, g in zip(model.parameters(), want, strict=True):
+        assert torch.equal(p.grad, g), f"{name}/{solver}: gradient differs"
+    # the ledger of storages held never exceeds the budget nor the prediction, and matches it on the accelerator
+    # (the host may hold less: the simulator releases a buffer when its copy ends in time, the CPU replay earlier)
+    for d, peak in stats.peak.items():
+        assert peak <= cluster.device(d).memory
+        assert peak <= 1.05 * stats.predicted.peak[d]
+    assert abs(stats.peak["gpu0"] - stats.predicted.peak["gpu0"]) <= 0.05 * stats.predicted.peak["gpu0"]
+    model.zero_grad(set_to_none=True)
+
+
+def test_schedules_exercise_recompute_and_swap(captured):
+    """The cases above are not all keep-everything in disguise."""
+    _, _, _, graph, keep = captured
+    recomputed = swapped = 0
+    for solver, frac in CASES:
+        cluster = single_accelerator(int(keep * frac))
+        sim = simulate(graph, cluster, solve(graph, cluster, solver))
+        recomputed += sim.recomputed
+        swapped += sim.swap_out_bytes
+    assert recomputed > 0 and swapped > 0
+
+
+def test_training_steps_match_eager():
+    """Several SGD steps through the replayed schedule give bitwise the parameters of plain training."""
+    torch.manual_seed(1)
+    ex = BUILTIN["transformer"]()
+    model = ex["model"]
+    ref = copy.deepcopy(model)
+    step, graph = capture_step(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    big = single_accelerator(2**40)
+    keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
+    cluster = single_accelerator(int(keep * 0.7))
+    replay = Replayer(model, step, graph, cluster, solve(graph, cluster, "dtr"))
+    ours = _train(lambda: replay.run(ex["inputs"], ex["targets"]).loss, model, ex)
+    wrapped = _WithLoss(ref, ex["loss_fn"], 1)
+
+    def eager():
+        loss = wrapped(*ex["inputs"], *ex["targets"])[0]
+        loss.backward()
+        return loss.item()
+
+    theirs = _train(eager, ref, ex)
+    assert ours == theirs
+    assert ours[-1] < ours[0]
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_two_devices_and_milp_with_swap():
+    """A 2-accelerator placement (both mapped to the CPU) and a MILP schedule replay exactly."""
+    torch.manual_seed(2)
+    ex = BUILTIN["mlp"](depth=3, width=128)
+    model = ex["model"]
+    step, graph = capture_step(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    big = single_accelerator(2**40)
+    keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
+    two = single_accelerator(int(keep * 0.6), gpus=2)
+    placed = solve(graph, two, "heuristic", swap=False)   # no host to spill to: it must use the second device
+    used = {x.device for x in placed.instructions if isinstance(x, Compute)}
+    assert {"gpu0", "gpu1"} <= used
+    milp_cluster = single_accelerator(int(keep * 0.75))
+    milp = solve(graph, milp_cluster, "milp", time_limit=20)
+    assert any(isinstance(x, Copy) for x in milp.instructions) or simulate(graph, milp_cluster, milp).recomputed
+    for cluster, schedule in ((two, placed), (milp_cluster, milp)):
+        model.zero_grad(set_to_none=True)
+        want_loss, want = _eager_grads(model, ex)
+        stats = Replayer(model, step, graph, cluster, schedule).run(ex["inputs"], ex["targets"])
+        assert stats.loss == want_loss.item()
+        for p, g in zip(model.parameters(), want, strict=True):
+            assert torch.equal(p.grad, g)
+
+
+def test_cpu_allocator_peak_matches_prediction():
+    """The CPU allocator's own peak (all CPU-mapped devices together) is within 10% of the simulated total."""
+    torch.manual_seed(3)
+    ex = BUILTIN["transformer"]()
+    step, graph = capture_step(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    cluster = single_accelerator(2**40)
+    schedule = solve(graph, cluster, "keep-everything")
+    stats = Replayer(ex["model"], step, graph, cluster, schedule).run(ex["inputs"], ex["targets"], allocator=True)
+    predicted = sum(stats.predicted.peak.values())
+    assert abs(stats.allocator_peak["cpu"] - predicted) <= 0.10 * predicted
+
+
+def test_compile_trains_like_eager():
+    torch.manual_seed(4)
+    ex = BUILTIN["cnn"]()
+    model = ex["model"]
+    ref = copy.deepcopy(model)
+    step = compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem="2MB", solver="dtr")
+    assert max(step.predicted.peak.values()) <= 2_000_000
+    ours = _train(lambda: step(*ex["inputs"], *ex["targets"]).item(), model, ex)
+    wrapped = _WithLoss(ref, ex["loss_fn"], 1)
+
+    def eager():
+        loss = wrapped(*ex["inputs"], *ex["targets"])[0]
+        loss.backward()
+        return loss.item()
+
+    assert ours == _train(eager, ref, ex)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(p, q)
+    for b, c in zip(model.buffers(), ref.buffers(), strict=True):   # batch-norm running statistics
+        assert torch.equal(b, c)
+
+
+# -- refusals -----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mlp_case():
+    torch.manual_seed(5)
+    ex = BUILTIN["mlp"]()
+    step, graph = capture_step(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    return ex, step, graph
+
+
+def test_refuses_schedule_over_budget(mlp_case):
+    ex, step, graph = mlp_case
+    big = single_accelerator(2**40)
+    keep = solve(graph, big, "keep-everything")
+    with pytest.raises(ExecuteError, match="not valid.*over its budget"):
+        Replayer(ex["model"], step, graph, single_accelerator(100_000), keep)
+
+
+def test_refuses_graph_of_another_model(mlp_case):
+    ex, _, graph = mlp_case
+    other = BUILTIN["mlp"](depth=3)
+    cluster = single_accelerator(2**40)
+    with pytest.raises(ExecuteError, match="does not match the model"):
+        execute(other["model"], other["inputs"], graph, solve(graph, cluster), cluster,
+                targets=other["targets"], loss_fn=other["loss_fn"])
+    imported = import_graph(example_graph_path("tiny"))
+    with pytest.raises(ExecuteError, match="not captured from a PyTorch model"):
+        execute(other["model"], other["inputs"], imported, solve(imported, cluster), cluster,
+                targets=other["targets"], loss_fn=other["loss_fn"])
+    assert all(p.grad is None for p in other["model"].parameters())
+
+
+def test_refuses_wrong_input_shape(mlp_case):
+    ex, step, graph = mlp_case
+    cluster = single_accelerator(2**40)
+    replay = Replayer(ex["model"], step, graph, cluster, solve(graph, cluster))
+    with pytest.raises(ExecuteError, match=r"argument 0 is \(16, 256\)"):
+        replay.run((torch.randn(16, 256),), ex["targets"])
+
+
+def test_refuses_graph_with_optimizer(mlp_case):
+    ex, step, _ = mlp_case
+    from optsched.capture import capture
+
+    graph = capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"], optimizer="sgd")
+    cluster = single_accelerator(2**40)
+    with pytest.raises(ExecuteError, match="optimizer"):
+        Replayer(ex["model"], step, graph, cluster, solve(graph, cluster))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("solver,frac", [("keep-everything", 1.0), ("offload-all", 1.0), ("dtr", 0.7)])
+def test_cuda_gradients_match_eager(solver, frac):
+    torch.manual_seed(6)
+    ex = BUILTIN["transformer"]()
+    model = ex["model"].cuda()
+    ex = {**ex, "inputs": tuple(t.cuda() for t in ex["inputs"]), "targets": tuple(t.cuda() for t in ex["targets"])}
+    step, graph = capture_step(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    big = single_accelerator(2**40)
+    keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
+    cluster = single_accelerator(int(keep * frac))
+    model.zero_grad(set_to_none=True)
+    want_loss, want = _eager_grads(model, ex)
+    stats = Replayer(model, step, graph, cluster, solve(graph, cluster, solver)).run(ex["inputs"], ex["targets"])
+    assert abs(stats.loss - want_loss.item()) <= 1e-5 * abs(want_loss.item())
+    for p, g in zip(model.parameters(), want, strict=True):
+        torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-6)
+    assert "cuda:0" in stats.allocator_peak
