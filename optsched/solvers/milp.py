@@ -53,12 +53,25 @@ Reductions and what they cost:
 - `options.params`: {"window": K} overrides K; {"host_compute": False} keeps
   the host to swap space only.
 
-Warm start: any valid single-device schedule (keep-everything, chen-sqrt, ...)
-or one this module emitted is staged, converted to column values, checked
-against the rows, and handed to the solver as its incumbent. Without
-`options.warm_start` the best valid baseline is used. If the solver finishes
-worse than that baseline (it cannot when the warm start was accepted), the
-baseline is returned and `report.extra["fallback"]` says so.
+Warm start: every candidate (the baselines, the heuristic, m-ETF on several
+accelerators, or only `options.warm_start` when given) is staged over its own
+first-computation order (`milp_model.decisions_from_schedule`: copies, several
+devices, recomputations; the window K widens up to 8 when cross-device copies
+delay first computations), checked against the model's whole-stage memory
+count, and the one with the smallest staged objective fixes the model's order
+and becomes HiGHS's incumbent. Candidates that do not fit are named, with the
+reason, in the report's message (`params={"warm": False}` starts cold). The
+staged objective can exceed the candidate's simulated time (stage barriers end
+a copy's overlap with the next stage), so the fallback stays: if the solver
+finishes worse than the best candidate's simulated step time, that candidate is
+returned and `report.extra["fallback"]` says so; the MILP never returns a
+slower schedule than the heuristic's.
+
+Time and interrupts: `time_limit` bounds the whole call; HiGHS gets what is
+left after the candidates and the model are built, runs in a worker thread and
+is stopped by Ctrl-C through its interrupt callbacks (status `interrupted`,
+best schedule so far). Models too large to solve in the time left are not
+handed to HiGHS (see _NNZ_PER_S).
 """
 
 from __future__ import annotations
