@@ -254,19 +254,34 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
                 c += cw if cw == cw else 1e9
         return c
 
+    def releasable(u: int, i: int) -> bool:
+        """u (last copy, not recomputable, no reader left) is kept only so that its
+        consumers can be recomputed; when all of those that may still be are
+        resident, u can go and they stop being recomputable (then they are
+        swapped, not dropped): a free instead of a swap-out that may stall."""
+        if required[u] or ncopies[u] > 1:
+            return False
+        return all(ncopies[c] > 0 for c in release_set(u, i))
+
+    def release_set(u: int, i: int) -> list[int]:
+        return [c for c in cons[out_ptr[u]:out_ptr[u + 1]] if recomp[c] and horizon[c] > i]
+
     def victim_score(u: int, d: int, i: int, tnow: float):
         """(category, score, action) -- lower is evicted first; None: not evictable."""
         b = nbytes[u]
         if b == 0:
             return None
         nu = next_use(u, d, i)
+        can_swap = swap and host is not None and d != host and (d, host) in link and (host, d) in link
         if nu < 0:
-            if not needed_off(u, d, i) and not pinned(u, i):
-                return (-1, 0.0, "free")
+            if not needed_off(u, d, i):
+                if not pinned(u, i):
+                    return (-1, 0.0, "free")
+                if can_swap and releasable(u, i):
+                    return (-1, 0.0, "release")
             dist = 1e30
         else:
             dist = max(est_order[nu] - tnow, 1e-12)
-        can_swap = swap and host is not None and d != host and (d, host) in link and (host, d) in link
         on_host = host is not None and res[host][u]
         can_drop = recompute and recomp[u] and not (required[u] and ncopies[u] <= 1) and not (
             nu < 0 and pinned(u, i))
@@ -326,6 +341,9 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
         if best is None:
             return False
         u, act = best, best_key[2]
+        if act == "release":
+            for c in release_set(u, i):
+                recomp[c] = False
         if act == "swap":
             if not res[host][u]:
                 pc[u] += 1
