@@ -222,3 +222,12 @@ def test_solve_plot(capsys, graph_file, tmp_path):
     code, out, err = run(capsys, "solve", graph_file, "--mem", "10MB", "--solver", "chen-sqrt", "--plot", png)
     assert code == 0, err
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_solve_does_not_import_torch(graph_file):
+    """Only `capture` needs PyTorch: solving a graph file starts without importing it."""
+    code = ("import sys; from optsched.cli import main; "
+            f"rc = main(['solve', {str(graph_file)!r}, '--mem', '10MB', '--solver', 'heuristic', '--json']); "
+            "sys.exit(rc or ('torch' in sys.modules and 3))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

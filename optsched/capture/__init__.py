@@ -115,13 +115,29 @@ def capture_factory(factory: Callable[[], object], *, inputs=None, targets=None,
             conv = lambda t: mode.from_tensor(t) if hasattr(t, "dim") and not _fake_tensor(t) else t
             inputs, targets = tuple(map(conv, inputs)), tuple(map(conv, targets))
         if dtype is not None:
-            model = model.to(dtype)
+            model = _to_dtype(model, dtype) if fake else model.to(dtype)
             cast = lambda t: t.to(dtype) if hasattr(t, "is_floating_point") and t.is_floating_point() else t
             inputs, targets = tuple(map(cast, inputs)), tuple(map(cast, targets))
     if not inputs:
         raise CaptureError("no example inputs: the factory returned none and no input shape was given",
                            hint="give --input-shape, e.g. --input-shape 8,3,224,224")
     return capture(model, inputs, ex.get("loss_fn"), targets=targets, **kw)
+
+
+def _to_dtype(model, dtype):
+    """`model.to(dtype)` for fake parameters, which `Module.to` cannot swap (the fake mode holds weak references)."""
+    from torch import nn
+
+    new: dict[int, object] = {}
+    for mod in model.modules():
+        for store in (mod._parameters, mod._buffers):
+            for key, t in store.items():
+                if t is not None and t.is_floating_point():
+                    if id(t) not in new:  # a tensor shared by two modules stays shared
+                        moved = t.detach().to(dtype)
+                        new[id(t)] = nn.Parameter(moved, t.requires_grad) if isinstance(t, nn.Parameter) else moved
+                    store[key] = new[id(t)]
+    return model
 
 
 def _fake_tensor(t) -> bool:

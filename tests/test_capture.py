@@ -1,0 +1,338 @@
+"""Capturing PyTorch training steps: the graph has the right nodes and results,
+counts every storage once, agrees with the memory an eager step really uses,
+and every way capture can fail is one CaptureError that says why."""
+
+from __future__ import annotations
+
+import functools
+import json
+import resource
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from optsched.capture import CaptureError, capture, capture_factory, capture_step  # noqa: E402
+from optsched.capture.memory import eager_peak  # noqa: E402
+from optsched.capture.models import BUILTIN, cnn, mlp  # noqa: E402
+from optsched.capture.trace import is_view, live_nodes  # noqa: E402
+from optsched.cli import main  # noqa: E402
+from optsched.cluster import single_accelerator  # noqa: E402
+from optsched.formats import load_graph, save_graph  # noqa: E402
+from optsched.simulate import simulate  # noqa: E402
+from optsched.solvers import solve  # noqa: E402
+
+NEEDS_TRANSFORMERS = {"gpt2", "bert"}
+
+
+@functools.cache
+def builtin(name: str):
+    """The built-in example at its default size and its captured graph, shared by the tests."""
+    if name in NEEDS_TRANSFORMERS:
+        pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    ex = BUILTIN[name]()
+    return ex, capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"], name=name)
+
+
+def keep_everything_peak(graph) -> int:
+    cl = single_accelerator(2**50)
+    r = simulate(graph, cl, solve(graph, cl, "keep-everything"))
+    assert r.valid
+    return r.peak["gpu0"]
+
+
+def by_kind(graph) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for n in graph.nodes:
+        out.setdefault(n.kind, []).append(n)
+    return out
+
+
+def test_mlp_node_counts():
+    _, g = builtin("mlp")
+    counts = {k: len(v) for k, v in by_kind(g).items()}
+    # 4 linear layers: 4 weights + 4 biases; data and target; forward: 4 addmm, 3 relu, log_softmax and the
+    # total-weight output of nll_loss; backward: ones_like, nll and log_softmax backward, per layer a weight mm
+    # and a bias sum, per hidden layer a threshold_backward and an input-gradient mm (none for the data)
+    assert counts == {"param": 8, "input": 2, "forward": 9, "loss": 1, "backward": 17}
+    assert sum(n.required for n in g.nodes) == 8 + 8 + 1  # parameters, gradients, loss
+
+
+@pytest.mark.parametrize("name", list(BUILTIN))
+def test_builtin_structure(name):
+    ex, g = builtin(name)
+    model = ex["model"]
+    cap = g.meta["capture"]
+    kinds = by_kind(g)
+    ids = {n.id: n for n in g.nodes}
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    assert sorted(cap["params"].values()) == sorted(params) and sorted(cap["buffers"].values()) == sorted(buffers)
+    # a node for every parameter and buffer the step reads; BERT's masked-LM head also owns a bias that its
+    # forward never reads (transformers 5): it gets no node and, as in eager mode, no gradient
+    read = {cap["params"][n.id] for n in kinds["param"] if n.id in cap["params"]}
+    assert set(params) - read <= {"model.cls.predictions.bias"}
+    assert {n.id for n in kinds["param"]} <= {*cap["params"], *cap["buffers"]}
+    assert len(kinds["input"]) == len(ex["inputs"]) + len(ex["targets"])
+    assert cap["parameters"] == sum(p.numel() for p in params.values())
+    # one scalar loss, required
+    (loss,) = kinds["loss"]
+    assert loss.id == cap["loss"] and loss.required and loss.bytes == 4
+    # one gradient per trainable parameter, of its size, computed in the backward pass and required
+    assert sorted(cap["grads"].values()) == sorted(k for k in read if params[k].requires_grad)
+    param_node = {fqn: ids[ph] for ph, fqn in cap["params"].items() if ph in ids}
+    for gid, fqn in cap["grads"].items():
+        assert ids[gid].kind == "backward" and ids[gid].required
+        assert ids[gid].bytes == param_node[fqn].bytes == params[fqn].numel() * params[fqn].element_size()
+    # batch norm updates its running statistics and counter; they are results of the step
+    bn = [k for k in buffers if k.rsplit(".", 1)[-1] in ("running_mean", "running_var", "num_batches_tracked")]
+    assert sorted(cap["buffer_updates"].values()) == sorted(bn)
+    assert all(ids[b].required for b in cap["buffer_updates"])
+    # parameters, buffers and the loss-side results are kept; nothing else is
+    required = {n.id for n in g.nodes if n.required}
+    assert required == {loss.id, *cap["grads"], *cap["buffer_updates"], *cap["params"], *cap["buffers"]} & set(ids)
+    # the split: the backward pass starts at the loss, and the forward pass never reads it
+    after_loss, frontier = set(), [loss.id]
+    readers: dict[str, list[str]] = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            readers.setdefault(i, []).append(n.id)
+    while frontier:
+        for r in readers.get(frontier.pop(), ()):
+            if r not in after_loss:
+                after_loss.add(r)
+                frontier.append(r)
+    assert {n.id for n in kinds["backward"]} <= after_loss
+    assert not any(ids[i].kind == "backward" for n in kinds["forward"] for i in n.inputs)
+    # every operation costs something; the second outputs of a multi-output op come free with the first
+    second = {n.id for n in g.nodes if n.inputs and ids[n.inputs[0]].op == n.op}
+    assert all(n.cost["cuda"] > 0 and n.cost["cpu"] > 0 for n in g.nodes
+               if n.kind not in ("param", "input") and n.id not in second)
+
+
+class ViewsAndInPlace(nn.Module):
+    """Views (view, t), in-place ops (relu_, add_) and multi-output ops (batch norm, max_pool2d with indices,
+    layer norm) in one step."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.ln = nn.LayerNorm(128)
+        self.fc = nn.Linear(128, 5)
+
+    def forward(self, x):
+        h = self.bn(self.conv(x)).relu_()
+        h, _ = F.max_pool2d(h, 2, return_indices=True)
+        h = self.ln(h.view(h.shape[0], -1))
+        h = h.add_(h.t().contiguous().t())
+        return self.fc(h)
+
+
+def test_every_storage_counted_once():
+    """Run the traced joint graph on real tensors: the graph's bytes are exactly the distinct storages it makes."""
+    torch.manual_seed(0)
+    model, x, y = ViewsAndInPlace(), torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))
+    step, g = capture_step(model, (x,), F.cross_entropy, targets=(y,))
+    live = live_nodes(step.gm)
+    fx = {n.name: n for n in step.gm.graph.nodes}
+    assert sum(is_view(fx[n]) for n in live if fx[n].op == "call_function") >= 5  # views were there to fold
+    ops = {n.op for n in g.nodes}
+    assert {"_native_batch_norm_legit_functional.default", "max_pool2d_with_indices.default",
+            "native_layer_norm.default"} <= ops
+    args = [model.get_parameter(step.params[n]) if n in step.params else
+            model.get_buffer(step.buffers[n]) if n in step.buffers else
+            (x, y)[step.inputs.index(n)] for n in (p.name for p in step.gm.graph.nodes if p.op == "placeholder")]
+    storages: dict[int, int] = {}
+
+    class Record(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            if n.name in live and isinstance(out, torch.Tensor):
+                storages[out.untyped_storage().data_ptr()] = out.untyped_storage().nbytes()
+            return out
+
+    with torch.no_grad():
+        Record(step.gm, garbage_collect_values=False).run(*[a.detach().clone() for a in args])
+    assert len(storages) == len(g.nodes)
+    assert sum(n.bytes for n in g.nodes) == sum(storages.values())
+
+
+@pytest.mark.parametrize("name", list(BUILTIN))
+def test_keep_everything_peak_matches_eager(name):
+    """The simulated keep-everything peak is within 10% of what one eager step allocates on the CPU."""
+    ex, g = builtin(name)
+    eager = eager_peak(ex["model"], ex["inputs"], ex["targets"], ex["loss_fn"])
+    assert keep_everything_peak(g) == pytest.approx(eager, rel=0.10)
+
+
+@pytest.mark.parametrize("optimizer, states", [("sgd", 0), ("adam", 2)])
+def test_optimizer_nodes(optimizer, states):
+    ex = mlp(batch=8, width=32, depth=2)
+    g = capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"], optimizer=optimizer)
+    ids = {n.id: n for n in g.nodes}
+    cap = g.meta["capture"]
+    updates = by_kind(g)["optimizer"]
+    assert len(updates) == len(cap["grads"]) == 4
+    param_of = {fqn: ph for ph, fqn in cap["params"].items()}
+    for gid, fqn in cap["grads"].items():
+        (u,) = [n for n in updates if n.id == f"update:{fqn}"]
+        p = ids[param_of[fqn]]
+        assert u.inputs[:2] == (p.id, gid) and len(u.inputs) == 2 + states
+        assert u.required and u.bytes == p.bytes and u.cost["cuda"] > 0
+        assert not ids[gid].required and not p.required  # the updated parameter replaces both
+        assert all(ids[s].kind == "param" and ids[s].bytes == p.bytes for s in u.inputs[2:])
+
+
+def _structure(g):
+    return [(n.id, n.op, n.kind, n.inputs, n.bytes, n.workspace, n.recomputable, n.required, n.cost)
+            for n in g.nodes]
+
+
+def test_fake_capture_equals_real():
+    small = functools.partial(cnn, batch=2, size=8, width=4)
+    real = capture_factory(small)
+    fake = capture_factory(small, fake=True)
+    assert _structure(fake) == _structure(real)
+    assert fake.meta == real.meta
+
+
+def test_fake_capture_takes_no_weight_memory():
+    """A model whose weights alone would take 4 GB is captured under fake mode without allocating them."""
+    def big():
+        return nn.Sequential(nn.Linear(2**15, 2**15), nn.ReLU(), nn.Linear(2**15, 1))
+
+    g = capture_factory(big, inputs=(torch.randn(2, 2**15),), fake=True)
+    assert g.meta["capture"]["parameters"] > 2**30
+    assert max(n.bytes for n in g.nodes) == 2**32
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 < 2**32  # this process never held them
+
+
+def test_profile_measures_cpu():
+    ex = mlp(batch=4, width=16, depth=2)
+    roof = capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    prof = capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"], profile=True)
+    assert prof.meta["capture"]["cost"] == "profiled" and not prof.meta["capture"].get("profile_failed")
+    ops = [(r, p) for r, p in zip(roof.nodes, prof.nodes, strict=True) if r.kind not in ("param", "input")]
+    measured = [p for r, p in ops if p.cost["cpu"] != r.cost["cpu"]]
+    assert len(measured) >= len(ops) - 2  # all but the zero-cost second outputs of multi-output ops
+    assert all(p.cost["cpu"] > 0 for p in measured)
+    assert all(p.cost["cuda"] == r.cost["cuda"] for r, p in ops)  # no GPU here: the roofline stays
+
+
+def test_meta_survives_the_file(tmp_path):
+    ex = mlp(batch=4, width=16, depth=2)
+    g = capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"], optimizer="adam")
+    save_graph(g, tmp_path / "g.json")
+    back = load_graph(tmp_path / "g.json")
+    assert back.meta == g.meta and _structure(back) == _structure(g)
+
+
+class Inner(nn.Module):
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x  # a branch on the data
+
+
+class DataDependent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.branch = Inner()
+
+    def forward(self, x):
+        return self.branch(self.fc(x))
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.head = nn.Linear(16, 50, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda: capture(DataDependent(), (torch.randn(2, 8),)), "tracing failed in module 'branch'"),
+    (lambda: capture(Tied(), (torch.randint(0, 50, (2, 5)),)), "'embed.weight' and 'head.weight' are one tied"),
+    (lambda: capture_factory(lambda: 42), "the factory returned int"),
+    (lambda: capture_factory(lambda: {"inputs": ()}), "without 'model'"),
+    (lambda: capture_factory(lambda: nn.Linear(2, 2)), "no example inputs"),
+    (lambda: capture(nn.Linear(2, 2).requires_grad_(False), (torch.randn(1, 2),)), "no trainable parameter"),
+    (lambda: capture(nn.Linear(2, 2), (torch.randn(1, 2),), cuda="v100"), "unknown device preset 'v100'"),
+    (lambda: capture_factory(lambda: (nn.Linear(2, 2), torch.randn(1, 2)), fake=True, profile=True),
+     "cannot profile a model without real weights"),
+])
+def test_capture_errors(make, needle):
+    with pytest.raises(CaptureError) as e:
+        make()
+    assert needle in e.value.render()
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_capture_then_solve(capsys, tmp_path):
+    out = tmp_path / "mlp.json"
+    code, text, err = run(capsys, "capture", "mlp", "--optimizer", "sgd", "-o", out, "--json")
+    assert code == 0, err
+    info = json.loads(text)
+    g = load_graph(out)
+    assert info["nodes"] == len(g.nodes) and info["kinds"]["optimizer"] == 8
+    assert info["parameters"] == g.meta["capture"]["parameters"] == 199_946
+    assert info["keep_everything"]["peak_bytes"] == keep_everything_peak(g)
+    assert g.meta["capture"]["source"]["model"] == "mlp"
+    budget = int(0.8 * info["keep_everything"]["peak_bytes"])
+    code, text, err = run(capsys, "solve", out, "--mem", budget, "--solver", "heuristic")
+    assert code == 0, err
+    assert "step time" in text
+
+
+def test_cli_capture_factory_file(capsys, tmp_path):
+    (tmp_path / "mymodel.py").write_text(
+        "import torch\nfrom torch import nn\n\n"
+        "def build():\n    return nn.Sequential(nn.Embedding(100, 16), nn.Linear(16, 100))\n")
+    out = tmp_path / "g.json"
+    code, text, err = run(capsys, "capture", f"{tmp_path / 'mymodel.py'}:build", "--input-shape", "4,12",
+                          "--input-dtype", "long", "--vocab", "100", "--dtype", "bf16", "--fake", "-o", out)
+    assert code == 0, err
+    assert "parameters     3,300 (6.60 kB)" in text and f"wrote {out}" in text  # bf16: 2 bytes each
+    g = load_graph(out)
+    assert [n.bytes for n in g.nodes if n.kind == "input"] == [4 * 12 * 8]  # int64 token ids
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["nosuchmodule:build"], "cannot import 'nosuchmodule': ModuleNotFoundError"),
+    (["resnet"], "unknown model 'resnet'"),
+    (["mlp", "--input-shape", "8,x"], "bad input shape '8,x'"),
+    (["mlp", "--input-shape", "8,4", "--input-dtype", "long"], "--vocab"),
+    (["mlp", "--input-shape", "8,17"], "tracing failed"),
+    (["mlp", "--cuda-preset", "v100"], "unknown device preset"),
+    (["optsched.capture.models:nothing"], "has no function 'nothing'"),
+])
+def test_cli_capture_errors(capsys, tmp_path, argv, needle):
+    code, _, err = run(capsys, "capture", *argv, "-o", tmp_path / "g.json")
+    assert code == 2
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "g.json").exists()
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("raise RuntimeError('no weights here')", "the factory 'FILE:build' raised RuntimeError: no weights here"),
+    ("return 42", "the factory returned int"),
+    ("return {'inputs': ()}", "the factory returned a dict without 'model'"),
+])
+def test_cli_bad_factories(capsys, tmp_path, body, needle):
+    (tmp_path / "broken.py").write_text(f"def build():\n    {body}\n")
+    spec = f"{tmp_path / 'broken.py'}:build"
+    code, _, err = run(capsys, "capture", spec, "-o", tmp_path / "g.json")
+    assert code == 2 and needle.replace("FILE:build", spec) in err and len(err.strip().splitlines()) == 1
