@@ -9,7 +9,7 @@ the simulator (the rows come from `optsched.compare.run_solver`).
     .venv/bin/python experiments/scaling.py [--time-limit 10] [--quick]
 
 Writes experiments/results/scaling_milp.csv, scaling_heuristic.csv and
-scaling_meta.json (machine, settings). About 3 minutes with the defaults on 2 cores.
+scaling_meta.json (machine, settings). About 2 minutes with the defaults on 2 cores.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ below what any single-device schedule can reach.
     .venv/bin/python experiments/sweep_budget.py [--time-limit 5] [--steps 5] [--processes 2]
 
 Writes experiments/results/sweep_<graph>.csv, sweep_<graph>.png and
-sweep_<graph>.json (machine, settings, command, wall time). About 3 minutes
+sweep_<graph>.json (machine, settings, command, wall time). About 80 s
 with the defaults on a 2-core machine.
 """
 
