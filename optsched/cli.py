@@ -357,14 +357,37 @@ def _factory(spec: str):
     return fn
 
 
+def _example_builder(model: str, shapes: list, kinds: list, vocab: int | None):
+    """A factory for capture_factory: the user's factory, its failures as one line, inputs of the given shapes."""
+    factory = _factory(model)
+
+    def build():
+        import torch
+
+        from .capture import CaptureError, normalize_example
+
+        try:
+            ex = factory()
+        except OptschedError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's factory failing is one line, not a traceback
+            raise CaptureError(f"the factory {model!r} raised {type(e).__name__}: {e}") from e
+        ex = normalize_example(ex)
+        if shapes:  # made here, so that under --fake they are fake too
+            ex["inputs"] = tuple(torch.randint(0, vocab, s) if k == "long" else torch.randn(s)
+                                 for s, k in zip(shapes, kinds, strict=True))
+        return ex
+
+    return build
+
+
 def cmd_capture(args) -> int:
     import torch
 
-    from .capture import CaptureError, capture_factory, normalize_example
+    from .capture import capture_factory
     from .formats import save_graph
     from .summary import graph_summary
 
-    factory = _factory(args.model)
     shapes = [_shape(s) for s in args.input_shape or ()]
     kinds = args.input_dtype or ["float"]
     if len(kinds) not in (1, len(shapes)):
@@ -373,19 +396,7 @@ def cmd_capture(args) -> int:
     kinds = kinds * len(shapes) if len(kinds) == 1 else kinds
     if "long" in kinds[:len(shapes)] and not args.vocab:
         raise OptschedError("long inputs need --vocab N (token ids are drawn from 0..N-1)", field="--vocab")
-
-    def build():
-        try:
-            ex = factory()
-        except OptschedError:
-            raise
-        except Exception as e:  # noqa: BLE001 - the user's factory failing is one line, not a traceback
-            raise CaptureError(f"the factory {args.model!r} raised {type(e).__name__}: {e}") from e
-        ex = normalize_example(ex)
-        if shapes:  # made here, so that under --fake they are fake too
-            ex["inputs"] = tuple(torch.randint(0, args.vocab, s) if k == "long" else torch.randn(s)
-                                 for s, k in zip(shapes, kinds, strict=True))
-        return ex
+    build = _example_builder(args.model, shapes, kinds, args.vocab)
 
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     start = time.perf_counter()
@@ -418,6 +429,63 @@ def cmd_capture(args) -> int:
                                 f"{format_time(ke['step_time_s'])} on {ke['device']})" if "peak_bytes" in ke
                                 else ke["error"]))
     print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    """Replay a schedule for real on the model the graph was captured from; measured beside predicted."""
+    import statistics
+
+    import torch
+
+    from .capture import export_step, normalize_example
+    from .execute import Replayer
+    from .formats import load_schedule
+
+    graph = _load_graph(args.graph)
+    cluster = _cluster(args)
+    schedule = load_schedule(args.schedule)
+    source = (graph.meta.get("capture") or {}).get("source") or {}
+    model_arg = args.model or source.get("model")
+    if not model_arg:
+        raise OptschedError("no model to run", hint="give --model MODULE:FACTORY (the one the graph was captured from)")
+    if source.get("fake"):
+        raise OptschedError("the graph was captured with --fake; the run needs real weights",
+                            hint="capture again without --fake for a model that fits this machine")
+    shapes = [tuple(s) for s in source.get("input_shapes") or ()]
+    ex = normalize_example(_example_builder(model_arg, shapes, source.get("input_dtype") or [], source.get("vocab"))())
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(source.get("dtype"))
+    model = ex["model"].to(dtype) if dtype else ex["model"]
+    inputs = tuple(t.to(dtype) if dtype and t.is_floating_point() else t for t in ex["inputs"])
+    targets = tuple(ex.get("targets") or ())
+    devices = dict(kv.split("=", 1) for kv in args.device_map.split(",")) if args.device_map else None
+    if devices is None and torch.cuda.is_available():
+        model = model.cuda()
+        inputs = tuple(t.cuda() for t in inputs)
+        targets = tuple(t.cuda() for t in targets)
+    step = export_step(model, inputs, targets, ex.get("loss_fn"))
+    replay = Replayer(model, step, graph, cluster, schedule, devices)
+    runs = [replay.run(inputs, targets, allocator=(k == 0)) for k in range(args.steps)]
+    model.zero_grad(set_to_none=True)
+    pred = replay.predicted
+    wall = statistics.median(r.wall_time for r in runs[1:]) if len(runs) > 1 else runs[0].wall_time
+    first = runs[0]
+    data = {"devices": {d: {"torch_device": str(replay.dev[d]), "budget_bytes": pred.budget[d],
+                            "predicted_peak_bytes": pred.peak[d], "measured_peak_bytes": first.peak[d]}
+                        for d in replay.dev},
+            "allocator_peak_bytes": first.allocator_peak, "predicted_step_s": pred.makespan,
+            "measured_step_s": wall, "steps": args.steps, "losses": [r.loss for r in runs]}
+    if args.json:
+        _emit(args, data)
+        return 0
+    rows = [[d, v["torch_device"], format_size(v["budget_bytes"]), format_size(v["predicted_peak_bytes"]),
+             format_size(v["measured_peak_bytes"])] for d, v in data["devices"].items()]
+    print(_table(rows, ["device", "runs on", "budget", "predicted peak", "measured peak"]))
+    for dev, b in first.allocator_peak.items():
+        print(f"allocator peak on {dev}: {format_size(b)} (all schedule devices mapped to it together)")
+    print(f"step time: predicted {format_time(pred.makespan)}, measured {format_time(wall)} "
+          f"(median of {max(len(runs) - 1, 1)} step(s){', first step excluded' if len(runs) > 1 else ''})")
+    print("losses: " + ", ".join(f"{x:.6g}" for x in data["losses"]))
     return 0
 
 
@@ -533,6 +601,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="write the graph here")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_capture)
+
+    p = sub.add_parser("run", help="replay a schedule in real training steps of the captured model (needs torch)")
+    p.add_argument("graph", metavar="GRAPH", help="a graph written by optsched capture")
+    p.add_argument("schedule", metavar="SCHEDULE")
+    _add_cluster_args(p)
+    p.add_argument("--model", help="MODULE:FACTORY of the model (default: the one the graph was captured from)")
+    p.add_argument("--steps", type=int, default=3, help="training steps to run (default 3)")
+    p.add_argument("--device-map", help="schedule device to torch device, e.g. gpu0=cuda:0,host=cpu "
+                   "(default: accelerators to cuda:0.. when present, else everything on the CPU)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("examples", help="list the example graphs shipped with optsched")
     p.set_defaults(fn=cmd_examples)

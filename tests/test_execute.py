@@ -129,7 +129,7 @@ def test_two_devices_and_milp_with_swap():
     used = {x.device for x in placed.instructions if isinstance(x, Compute)}
     assert {"gpu0", "gpu1"} <= used
     milp_cluster = single_accelerator(int(keep * 0.75))
-    milp = solve(graph, milp_cluster, "milp", time_limit=20)
+    milp = solve(graph, milp_cluster, "milp", time_limit=5)
     assert any(isinstance(x, Copy) for x in milp.instructions) or simulate(graph, milp_cluster, milp).recomputed
     for cluster, schedule in ((two, placed), (milp_cluster, milp)):
         model.zero_grad(set_to_none=True)
@@ -243,3 +243,24 @@ def test_cuda_gradients_match_eager(solver, frac):
     for p, g in zip(model.parameters(), want, strict=True):
         torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-6)
     assert "cuda:0" in stats.allocator_peak
+
+
+def test_cli_capture_solve_run(tmp_path, capsys):
+    """optsched capture, then solve, then run: the measured peak stays within the budget and the prediction."""
+    import json
+
+    from optsched.cli import main
+
+    g, s = str(tmp_path / "g.json"), str(tmp_path / "s.json")
+    assert main(["capture", "mlp", "-o", g]) == 0
+    assert main(["solve", g, "--mem", "1.4MB", "--solver", "dtr", "-o", s]) == 0
+    capsys.readouterr()
+    assert main(["run", g, s, "--mem", "1.4MB", "--steps", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    gpu = out["devices"]["gpu0"]
+    assert gpu["measured_peak_bytes"] <= gpu["budget_bytes"] == 1_400_000
+    assert abs(gpu["measured_peak_bytes"] - gpu["predicted_peak_bytes"]) <= 0.05 * gpu["predicted_peak_bytes"]
+    assert len(out["losses"]) == 2 and out["losses"][0] == out["losses"][1]   # no optimizer: same loss
+    capsys.readouterr()
+    assert main(["run", g, s, "--mem", "1MB"]) == 2      # the schedule does not fit: refused, nothing runs
+    assert "not valid" in capsys.readouterr().err

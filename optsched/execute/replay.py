@@ -15,7 +15,9 @@ The traced joint graph (`capture.trace.Step`) gives each node's ATen call.
 - `sync`: wait for every stream.
 On CUDA each device computes on its own stream and every tensor carries the
 event of the stream that made it, which readers wait on: the stream semantics
-of the simulator. On CPU everything runs in list order.
+of the simulator. Instructions are issued in the order the simulator starts
+them (`execution_order`), so allocations and releases follow its memory
+timeline.
 
 At the end the loss is returned, parameter gradients are accumulated into
 `.grad` (as `loss.backward()` would), buffer updates are copied into the
@@ -104,6 +106,36 @@ def check_match(step: Step, graph: Graph) -> None:
                                    hint="capture the graph again from this model and these input shapes")
 
 
+def execution_order(graph: Graph, schedule: Schedule, sim: SimResult) -> list[int]:
+    """Instruction indices in the order the simulator starts them (frees at their release).
+
+    Issuing work in this order makes every allocation and release happen in the simulator's order, so the
+    memory held follows its timeline: on CPU, where everything runs in turn, exactly; on CUDA the allocator sees
+    the same sequence. At one instant releases go first, except a release the simulator orders after the
+    instruction that causes it (a zero-length read or an allocation at that instant); then list order.
+    """
+    ins = schedule.instructions
+    touched: dict[tuple[str, str], float] = {}   # (node, device) -> latest start of a reader or producer
+    keys = []
+    for i, x in enumerate(ins):
+        t = float(sim.start[i])
+        if isinstance(x, Compute):
+            for src in graph.node(x.node).inputs:
+                touched[(src, x.device)] = max(touched.get((src, x.device), t), t)
+            touched[(x.node, x.device)] = t
+            keys.append((t, 1, i))
+        elif isinstance(x, Copy):
+            touched[(x.node, x.src)] = max(touched.get((x.node, x.src), t), t)
+            touched[(x.node, x.dst)] = t
+            keys.append((t, 1, i))
+        elif isinstance(x, Free):
+            early = touched.pop((x.node, x.device), t) < t
+            keys.append((t, 0 if early else 1, i))
+        else:
+            keys.append((t, 1, i))
+    return [i for _, _, i in sorted(keys)]
+
+
 class Replayer:
     """One schedule bound to one model: `run(inputs, targets)` performs a training step."""
 
@@ -128,6 +160,7 @@ class Replayer:
             for o in outs:
                 self.op_of[o] = self.fx[op]
                 self.index_of[o] = self.fx[o].args[1]
+        self.order = execution_order(graph, schedule, sim)
         self.take_next = self._plan_stash(schedule)
         self.source = {}
         for ph, fqn in step.params.items():
@@ -166,7 +199,7 @@ class Replayer:
             take = []
             for y in ins[k + 1:]:
                 if isinstance(y, Compute) and y.device == x.device:
-                    if self.op_of.get(y.node) is not op:
+                    if self.op_of.get(y.node) is not op or y.node == x.node or y.node in take:
                         break
                     take.append(y.node)
             plan[k] = take
@@ -178,7 +211,7 @@ class Replayer:
         """The tensor of FX node n on schedule device d: resident, or a view re-derived from its owner."""
         env = self.env[d]
         if n.name in env:
-            return env[n.name]
+            return env[n.name][-1][0]
         if n.name in self.graph_ids:
             raise ExecuteError(f"{n.name} is read on {d} where it is not resident (an executor bug: the simulator "
                                "accepted this schedule)")
@@ -197,23 +230,28 @@ class Replayer:
     # -- bookkeeping ------------------------------------------------------------------------------------------------
 
     def _put(self, d: str, v: str, t: torch.Tensor, stream) -> None:
-        self.env[d][v] = t
-        nb = t.untyped_storage().nbytes()
-        self.held[d][v] = nb
-        self.level[d] += nb
-        self.peak[d] = max(self.peak[d], self.level[d])
+        """A new copy of v on d. Issued in simulator order, a prefetch may land before the list frees the previous
+        copy, so a device holds a list of generations: reads take the newest (all hold the same values), a free
+        releases the oldest."""
+        ev = None
         if stream is not None:
             ev = torch.cuda.Event()
             ev.record(stream)
-            self.ready[(d, v)] = ev
+        self.env[d].setdefault(v, []).append((t, ev))
+        self.level[d] += t.untyped_storage().nbytes()
+        self.peak[d] = max(self.peak[d], self.level[d])
 
     def _drop(self, d: str, v: str) -> None:
-        t = self.env[d].pop(v)
-        self.level[d] -= self.held[d].pop(v)
-        self._drop_stash(d, v)
-        for s in self.readers.pop((d, v), ()):
+        gens = self.env[d][v]
+        t, ev = gens.pop(0)
+        if not gens:
+            del self.env[d][v]
+            self._drop_stash(d, v)
+        self.level[d] -= t.untyped_storage().nbytes()
+        for s in self.readers.get((d, v), ()):
             t.record_stream(s)
-        ev = self.ready.pop((d, v), None)
+        if not gens:
+            self.readers.pop((d, v), None)
         if t.device.type == "cpu" and t.is_pinned():
             self.pinned.setdefault((tuple(t.shape), t.stride(), t.dtype), []).append((t, ev))
 
@@ -223,7 +261,7 @@ class Replayer:
 
     def _wait_inputs(self, d: str, node_id: str, stream) -> None:
         for src in self.graph.node(node_id).inputs:
-            ev = self.ready.get((d, src))
+            ev = self.env[d][src][-1][1] if src in self.env[d] else None
             if ev is None:
                 continue
             if stream is None:
@@ -270,10 +308,9 @@ class Replayer:
             self._put(d, v, t, stream)
 
     def _copy(self, v: str, a: str, b: str) -> None:
-        src = self.env[a][v]
+        src, ev = self.env[a][v][-1]
         da, db = self.dev[a], self.dev[b]
         stream = self.streams.get(f"{a}->{b}")
-        ev = self.ready.get((a, v))
         if stream is not None and ev is not None:
             stream.wait_event(ev)
             self.readers.setdefault((a, v), set()).add(stream)
@@ -318,12 +355,13 @@ class Replayer:
     def _run(self, inputs: tuple, targets: tuple) -> torch.Tensor:
         names = list(self.dev)
         self.env = {d: {} for d in names}
-        self.held = {d: {} for d in names}
         self.stash = {d: {} for d in names}
         self.level = dict.fromkeys(names, 0)
         self.peak = dict.fromkeys(names, 0)
-        self.ready, self.readers = {}, {}
-        for k, ins in enumerate(self.schedule.instructions):
+        self.readers = {}
+        instructions = self.schedule.instructions
+        for k in self.order:
+            ins = instructions[k]
             if isinstance(ins, Compute):
                 self._compute(k, ins.device, ins.node, inputs, targets)
             elif isinstance(ins, Copy):
@@ -336,7 +374,8 @@ class Replayer:
         loss = self._finish()
         for d in names:
             for v in list(self.env[d]):
-                self._drop(d, v)
+                while v in self.env[d]:
+                    self._drop(d, v)
         return loss
 
     def _where(self, node_id: str) -> str:
