@@ -185,7 +185,32 @@ def test_optimizer_nodes(optimizer, states):
         assert u.inputs[:2] == (p.id, gid) and len(u.inputs) == 2 + states
         assert u.required and u.bytes == p.bytes and u.cost["cuda"] > 0
         assert not ids[gid].required and not p.required  # the updated parameter replaces both
-        assert all(ids[s].kind == "param" and ids[s].bytes == p.bytes for s in u.inputs[2:])
+        assert all(ids[s].kind == "param" and ids[s].bytes == p.bytes and ids[s].required for s in u.inputs[2:])
+    # the state is there before the step, like the parameters: listed with them, ahead of every computation
+    kinds = [n.kind for n in g.nodes]
+    assert kinds.index("forward") > max(i for i, k in enumerate(kinds) if k in ("param", "input"))
+
+
+def test_adam_step_memory_matches_eager():
+    """Keep-everything with the Adam update against a real step of torch.optim.Adam whose state already exists."""
+    from optsched.capture.memory import _resident, cpu_allocation_peak
+    from optsched.capture.trace import _WithLoss
+
+    ex = mlp()
+    model, data = ex["model"], (*ex["inputs"], *ex["targets"])
+    g = capture(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], optimizer="adam")
+    opt = torch.optim.Adam(model.parameters(), foreach=False)
+    step = _WithLoss(model, ex["loss_fn"], len(ex["inputs"]))
+
+    def train():
+        step(*data)[0].backward()
+        opt.step()
+        model.zero_grad(set_to_none=True)
+
+    train()  # allocates the state
+    state = [t for st in opt.state.values() for t in st.values()]
+    eager = _resident(model, (*data, *state)) + cpu_allocation_peak(train)
+    assert keep_everything_peak(g) == pytest.approx(eager, rel=0.10)
 
 
 def _structure(g):
