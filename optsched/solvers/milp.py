@@ -255,6 +255,7 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
             _infeasible(graph, cluster, options, base, f"no schedule found ({status}) and no baseline fits")
         name, sched, res = best_base
         extra.update(fallback=name, makespan=res.makespan)
+        status, bound = _outside_model(status, bound, res.makespan, extra)
         return Schedule(sched.instructions, SolveReport(solver_name, status, objective=res.makespan, bound=bound,
                                                         gap=_gap(res.makespan, bound), solve_time=solve_time,
                                                         message=msg(f"MILP gave no schedule; returning {name}"),
@@ -273,6 +274,7 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
     if best_base is not None and best_base[2].makespan < res.makespan * (1 - 1e-12):
         name, bsched, bres = best_base
         extra.update(fallback=name, milp_objective=obj, makespan=bres.makespan)
+        status, bound = _outside_model(status, bound, bres.makespan, extra)
         return Schedule(bsched.instructions, SolveReport(
             solver_name, status, objective=bres.makespan, bound=bound, gap=_gap(bres.makespan, bound),
             solve_time=solve_time, message=msg(f"MILP incumbent {obj:.6g} s worse than {name}; returning {name}"),
@@ -280,6 +282,16 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
     return Schedule(sched.instructions, SolveReport(solver_name, status, objective=obj, bound=bound,
                                                     gap=_gap(obj, bound), solve_time=solve_time, message=msg(""),
                                                     extra=extra), graph=graph.name)
+
+
+def _outside_model(status: str, bound, makespan: float, extra: dict):
+    """A fallback schedule comes from outside the stage model (its own order, no stage barriers), so the model's
+    dual bound does not bound it and the model's optimality says nothing about it: a bound above the returned
+    step time is kept only in `extra["stage_model_bound"]`, and "optimal" becomes "feasible"."""
+    if bound is not None and bound > makespan:
+        extra["stage_model_bound"] = bound
+        bound = None
+    return ("feasible" if status == "optimal" else status), bound
 
 
 def _gap(obj, bound):
