@@ -31,7 +31,7 @@ check that a graph file belongs to it.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -409,7 +409,7 @@ def _optimizer_nodes(step: Step, f: Folding, nodes: list[Node], optimizer: str, 
         g = f.owner[g_fx]
         p = param_of[fqn]
         pb = nodes[by_id[p]].bytes
-        nodes[by_id[g]] = _replace_required(nodes[by_id[g]], False)
+        nodes[by_id[g]] = replace(nodes[by_id[g]], required=False)
         ins = [p, g]
         if optimizer == "adam":
             for s in ("exp_avg", "exp_avg_sq"):
@@ -421,9 +421,3 @@ def _optimizer_nodes(step: Step, f: Folding, nodes: list[Node], optimizer: str, 
         extra.append(Node(f"update:{fqn}", f"{optimizer} update", "optimizer", tuple(ins), seconds, pb,
                           recomputable=False, required=True))
     return extra
-
-
-def _replace_required(node: Node, required: bool) -> Node:
-    from dataclasses import replace
-
-    return replace(node, required=required)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import operator
 import time
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -276,7 +277,7 @@ class Replayer:
         dev = self.dev[d]
         stream = self.streams.get(d)
         self._wait_inputs(d, v, stream)
-        with torch.cuda.stream(stream) if stream is not None else _nullcontext():
+        with torch.cuda.stream(stream) if stream is not None else nullcontext():
             if v in self.source:
                 what, key = self.source[v]
                 if what == "param":
@@ -316,7 +317,7 @@ class Replayer:
             self.readers.setdefault((a, v), set()).add(stream)
         elif ev is not None:
             ev.synchronize()
-        with torch.cuda.stream(stream) if stream is not None else _nullcontext():
+        with torch.cuda.stream(stream) if stream is not None else nullcontext():
             if da == db:
                 t = src.clone()
             elif db.type == "cpu" and da.type == "cuda":
@@ -426,11 +427,3 @@ class Replayer:
         for c in cuda_devs:
             measured[c] = int(torch.cuda.max_memory_allocated(c))
         return StepStats(float(box["loss"]), wall, dict(self.peak), measured, self.predicted)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
