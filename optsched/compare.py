@@ -1,6 +1,7 @@
-"""Comparison tables: several solvers on one problem (`compare`), or on a range
-of memory budgets (`sweep`), one row per solve, every figure taken from the
-simulator, so a row means the same thing whichever solver made the schedule.
+"""Comparison tables: several solvers on one problem (`compare`), on a range of
+memory budgets (`sweep`) or on any list of problems (`grid`: other clusters,
+other graphs), one row per solve, every figure taken from the simulator, so a
+row means the same thing whichever solver made the schedule.
 
 A solver is named as in `optsched.SOLVERS` (or `pulp:NAME`), optionally with
 a variant that restricts what it may do: `milp/recompute-only` (no swapping),
@@ -130,50 +131,74 @@ def compare(graph: Graph, cluster: Cluster, solvers: Sequence[str] = DEFAULT_SOL
     return table(run_solver(graph, cluster, s, options, base) for s in solvers)
 
 
-def _sweep_job(graph, budget, solver, options, make_cluster, base) -> dict:
-    return {"budget_bytes": budget, **run_solver(graph, make_cluster(budget), solver, options, base).row}
+@dataclass(frozen=True)
+class Problem:
+    """One graph on one cluster for `grid`, with the columns that name it in the table
+    (`{"budget_bytes": b}`, `{"graph": "gnmt", "accelerators": 2}`); `base` is its
+    `reference_time`, computed when None."""
+
+    columns: dict
+    graph: Graph
+    cluster: Cluster
+    base: float | None = None
 
 
-def sweep(graph: Graph, budgets: Sequence[int], solvers: Sequence[str], options: SolveOptions = SolveOptions(), *,
-          processes: int | None = None, progress: bool = True,
-          make_cluster: Callable[[int], Cluster] = single_accelerator) -> pd.DataFrame:
-    """One row per (budget, solver), the solves run in `processes` worker processes
-    (default: one per CPU; 1 runs them here). `make_cluster(budget)` builds each
-    problem (default `single_accelerator`; pass a picklable function such as a
-    `functools.partial` for more GPUs). The options' progress callback cannot
-    cross processes and is dropped; with several processes and `options.threads`
-    unset each solve gets an equal share of the CPUs, so MILPs do not fight for cores.
-    Workers start the platform's default way (fork on Linux); where that is spawn
-    (macOS, Windows) the calling script needs an `if __name__ == "__main__":` guard."""
-    budgets = [int(b) for b in budgets]
-    for spec in solvers:
+def _grid_job(k: int, problem: Problem, solver: str, options: SolveOptions) -> tuple[int, dict]:
+    return k, {**problem.columns, **run_solver(problem.graph, problem.cluster, solver, options, problem.base).row}
+
+
+def grid(problems: Sequence[Problem], solvers: Sequence[str], options: SolveOptions = SolveOptions(), *,
+         processes: int | None = None, progress: bool = True) -> pd.DataFrame:
+    """One row per (problem, solver), in that order: the problem's columns, then `run_solver`'s.
+    The solves run in `processes` worker processes (default: one per CPU; 1 runs them here),
+    with a progress bar on stderr. The options' progress callback cannot cross processes and is
+    dropped; with several processes and `options.threads` unset each solve gets an equal share
+    of the CPUs, so MILPs do not fight for cores. Workers start the platform's default way (fork
+    on Linux); where that is spawn (macOS, Windows) the calling script needs an
+    `if __name__ == "__main__":` guard."""
+    for spec in solvers:     # a misspelt name is the caller's mistake: refuse before solving anything
         parse_solver(spec, options)
     processes = processes or os.cpu_count() or 1
     opts = replace(options, progress=None)
     if processes > 1 and opts.threads is None:
         opts = replace(opts, threads=max(1, (os.cpu_count() or 1) // processes))
-    base = reference_time(graph, make_cluster(max(budgets, default=0)))
-    jobs = [(graph, b, s, opts, make_cluster, base) for b in budgets for s in solvers]
+    problems = [p if p.base is not None else replace(p, base=reference_time(p.graph, p.cluster)) for p in problems]
+    jobs = [(p, s) for p in problems for s in solvers]
     bar = _Progress(len(jobs), sys.stderr if progress else None)
-    rows = []
+    rows: list[dict | None] = [None] * len(jobs)
+
+    def done(k: int, row: dict) -> None:
+        rows[k] = row
+        p, s = jobs[k]
+        bar.step(f"{s} @ " + ", ".join(format_size(v) if c.endswith("_bytes") else f"{c} {v}"
+                                       for c, v in p.columns.items()))
+
     if processes == 1 or len(jobs) <= 1:
-        for job in jobs:
-            rows.append(_sweep_job(*job))
-            bar.step(rows[-1])
+        for k, (p, s) in enumerate(jobs):
+            done(*_grid_job(k, p, s, opts))
     else:
         with ProcessPoolExecutor(max_workers=min(processes, len(jobs))) as pool:
-            futures = [pool.submit(_sweep_job, *job) for job in jobs]
+            futures = [pool.submit(_grid_job, k, p, s, opts) for k, (p, s) in enumerate(jobs)]
             try:
                 for f in as_completed(futures):
-                    rows.append(f.result())
-                    bar.step(rows[-1])
+                    done(*f.result())
             except BaseException:
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise
     bar.close()
-    order = {(b, s): i for i, (_, b, s, *_) in enumerate(jobs)}
-    rows.sort(key=lambda r: order[r["budget_bytes"], r["solver"]])
     return pd.DataFrame(rows)
+
+
+def sweep(graph: Graph, budgets: Sequence[int], solvers: Sequence[str], options: SolveOptions = SolveOptions(), *,
+          processes: int | None = None, progress: bool = True,
+          make_cluster: Callable[[int], Cluster] = single_accelerator) -> pd.DataFrame:
+    """One row per (budget, solver): `grid` over `make_cluster(budget)` (default
+    `single_accelerator`; a `functools.partial` of it for more GPUs), every overhead
+    against the same keep-everything step time."""
+    budgets = [int(b) for b in budgets]
+    base = reference_time(graph, make_cluster(max(budgets, default=0)))
+    return grid([Problem({"budget_bytes": b}, graph, make_cluster(b), base) for b in budgets], solvers, options,
+                processes=processes, progress=progress)
 
 
 class _Progress:
@@ -182,13 +207,12 @@ class _Progress:
     def __init__(self, total: int, stream, width: int = 30):
         self.total, self.done, self.stream, self.width, self.shown = total, 0, stream, width, 0
 
-    def step(self, row: dict) -> None:
+    def step(self, what: str) -> None:
         self.done += 1
         if self.stream is None:
             return
         filled = self.width * self.done // max(self.total, 1)
-        line = (f"sweep [{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
-                f"{row['solver']} @ {format_size(row['budget_bytes'])}")
+        line = f"sweep [{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {what}"
         self.stream.write("\r" + line.ljust(self.shown))
         self.shown = len(line)
         self.stream.flush()
