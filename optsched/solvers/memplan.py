@@ -1,15 +1,20 @@
 """Memory planner: turn a placed, ordered graph into a valid schedule.
 
 Input: a device per node (`place`), a global program order of first
-computations (topological), and estimated start times. The planner walks the
-order and emits computes, cross-device copies (routed through the host when
-two devices share no link) and frees after the last use. When a device would
-overflow it evicts tensors:
+computations (topological), and estimated start times. Sources (inputs and
+parameters: no inputs of their own) are materialised just before their first
+reader and on its device, not where the order and placement put them, since
+holding them earlier only takes memory and making them elsewhere costs a
+copy. The planner walks the order and emits computes, cross-device copies
+(routed through the host when two devices share no link) and frees after the
+last use. When a device would overflow it evicts tensors:
 
 - policy "capuchin" (Capuchin / SwapAdvisor): swap to host when the transfer
   hides behind the computation until the next use, else drop for
   recomputation ranked by seconds of recompute per byte freed, else swap
-  anyway; a swapped tensor gets a prefetch placed early enough to hide it;
+  anyway; the swap-out is issued right after the tensor's last access, not
+  when the room is needed, so it overlaps the computation in between, and a
+  swapped tensor gets a prefetch placed early enough to hide it;
 - policy "dtr" (DTR): drop the tensor with the least cost/(bytes * staleness),
   recompute on demand (no swapping unless a tensor cannot be recomputed).
 
@@ -20,7 +25,9 @@ The memory model is conservative with respect to the simulator's stream
 timing (simulate.py), so what the planner accepts the simulator accepts:
 - a compute allocates at its list position (one compute stream per device);
 - a copy into d may start as early as the last `sync`, so it is counted from
-  the last sync on (`peak_since[d] + bytes <= budget`);
+  the last sync on (`peak_since[d] + bytes <= budget`); an early swap-out
+  (issued before the current position) is counted against the highest level
+  its destination has had so far (`top[d]`);
 - a free is immediate only when every reader of the tensor on d so far was a
   compute on d that the next compute waits for; a tensor read by a copy (or
   that arrived by a copy and was not read since) is released at the next
@@ -58,6 +65,33 @@ def find_host(cluster: Cluster, accel: list[int]) -> int | None:
     return best if best_links > 0 else None
 
 
+def materialize_sources(graph: Graph, cluster: Cluster, place, order) -> tuple[np.ndarray, np.ndarray]:
+    """(place, order) with each source (a node without inputs: an input or a
+    parameter) moved to just before its first reader and onto that reader's
+    device where it can run: nothing waits for a source, so it only needs to
+    exist from then on, and made there it needs no copy."""
+    a = graph.arrays
+    place = np.array(place, dtype=np.int64)
+    order = np.asarray(order, dtype=np.int64)
+    n = len(order)
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    key = pos.astype(np.float64)
+    has_out = np.diff(a.out_ptr) > 0
+    src = has_out & (np.diff(a.in_ptr) == 0)
+    if src.any():
+        first = np.minimum.reduceat(pos[a.out_idx], a.out_ptr[:-1][has_out])[src[has_out]]
+        s = np.flatnonzero(src)
+        key[s] = first - 0.5
+        to = place[order[first]]
+        for d, dev in enumerate(cluster.devices):
+            c = a.cost.get(dev.kind)
+            if c is not None:
+                m = (to == d) & ~np.isnan(c[s])
+                place[s[m]] = d
+    return place, order[np.argsort(key[order], kind="stable")]
+
+
 def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str = "capuchin", swap: bool = True,
          recompute: bool = True, offload=None, budget_scale: float = 1.0, lookahead: float = 1.5,
          prefetch: bool = True, prefetch_room: float = 0.9, seed: int = 0) -> list[Instruction]:
@@ -70,10 +104,10 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
     devs = cluster.devices
     nd = len(devs)
     names = [d.name for d in devs]
-    place = [int(x) for x in place]
-    order = [int(x) for x in order]
     if len(order) != n:
         raise ValueError("order must list every node once")
+    place, order = materialize_sources(graph, cluster, place, order)
+    place, order = place.tolist(), order.tolist()
     pos = [0] * n
     for i, v in enumerate(order):
         pos[v] = i
@@ -117,6 +151,9 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
     rlist: list[list[int]] = [[] for _ in range(nd)]
     rpos = [[-1] * n for _ in range(nd)]
     last_acc = [[0.0] * n for _ in range(nd)]
+    touch = [[0] * n for _ in range(nd)]   # position in `out` after the last instruction using u on d
+    top = [0] * nd                          # highest level of d before the last sync
+    early: dict[int, list[Instruction]] = {}   # swap-outs issued before out[k]
     ncopies = [0] * n
     computed = bytearray(n)
     cur = [0] * nd
@@ -125,7 +162,7 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
     out: list[Instruction] = []
     prefetch_at: dict[int, list[tuple[int, int]]] = {}
     offload_set = set() if offload is None else set(int(x) for x in offload)
-    state = {"i": 0, "t": 0.0}
+    state = {"i": 0, "t": 0.0, "sync": -1}
     pc = [0] * n                        # protection counts: inputs of pending computations
 
     # ---------------------------------------------------------------- helpers
@@ -206,8 +243,11 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
     def do_sync() -> None:
         if out and type(out[-1]) is Sync:
             return
+        state["sync"] = len(out)
         out.append(Sync())
         for d in range(nd):
+            if peak_since[d] > top[d]:
+                top[d] = peak_since[d]
             cur[d] -= pending[d]
             pending[d] = 0
             peak_since[d] = cur[d]
@@ -229,17 +269,30 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
             return float("inf")
         return lk.latency + nbytes[u] / lk.bandwidth
 
-    def copy(u: int, s: int, t: int, protect, evict: bool = True) -> None:
-        if not make_room(t, nbytes[u], False, protect, evict):
-            raise _NoRoom(t, nbytes[u])
-        out.append(Copy(ids[u], names[s], names[t]))
+    def copy(u: int, s: int, t: int, protect, evict: bool = True, at: int | None = None) -> None:
+        """Copy u from s to t; with `at`, issue it before out[at] (an early swap-out)
+        if t's highest level so far leaves room for it there."""
+        b = nbytes[u]
+        hi = max(top[t], peak_since[t]) + b
+        if at is not None and (at >= len(out) or hi > budget[t]):
+            at = None
+        if not make_room(t, b, False, protect, evict):
+            raise _NoRoom(t, b)
+        x = Copy(ids[u], names[s], names[t])
+        if at is None:
+            out.append(x)
+        else:
+            early.setdefault(at, []).append(x)
+            top[t] = hi
         add_res(t, u)
-        cur[t] += nbytes[u]
-        peak_since[t] += nbytes[u]
+        cur[t] += b
+        peak_since[t] += b
         if cur[t] > peak_since[t]:
             peak_since[t] = cur[t]
-        set_dirty(s, u, 2)
-        set_dirty(t, u, 1)
+        if at is None or at > state["sync"]:    # before a sync, the copy is done when u is freed
+            set_dirty(s, u, 2)
+            set_dirty(t, u, 1)
+        touch[s][u] = touch[t][u] = len(out) if at is None else at
 
     def recompute_cost(u: int, d: int) -> float:
         """u's own cost plus that of its inputs that are gone too (DTR's
@@ -347,7 +400,7 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
         if act == "swap":
             if not res[host][u]:
                 pc[u] += 1
-                copy(u, d, host, protect, evict=False)
+                copy(u, d, host, protect, evict=False, at=touch[d][u])
                 pc[u] -= 1
             free(u, d)
             nu = next_use(u, d, i)
@@ -401,9 +454,12 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
         computed[v] = 1
         t = state["t"]
         last_acc[d][v] = t
+        k = len(out)
+        touch[d][v] = k
         for j in range(in_ptr[v], in_ptr[v + 1]):
             u = in_idx[j]
             last_acc[d][u] = t
+            touch[d][u] = k
             if dirty[d][u] == 1:
                 dirty[d][u] = 0
 
@@ -529,7 +585,13 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
             f"{names[d]} cannot make room for {format_size(need)}: {format_size(cur[d])} held, budget "
             f"{format_size(budget[d])}, nothing left to evict",
             hint="raise the budget, allow swapping and recomputation, or use more devices") from None
-    return out
+    if not early:
+        return out
+    merged: list[Instruction] = []
+    for k, x in enumerate(out):
+        merged.extend(early.get(k, ()))
+        merged.append(x)
+    return merged
 
 
 class _NoRoom(Exception):
