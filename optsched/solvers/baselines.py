@@ -8,8 +8,8 @@
   forward graph (Checkmate's AP baseline), same greedy search.
 - chen-sqrt: Chen et al. (2016) sqrt(n) checkpointing: of the forward nodes
   (topological order) keep every ceil(n/k)-th with k = round(sqrt(n)) segments;
-  the rest are dropped after the forward pass and recomputed, from the nearest
-  kept ancestors, when the backward pass first needs them. A node that reads
+  the rest are dropped after their last forward reader and recomputed, from
+  the nearest kept ancestors, when the backward pass first needs them. A node that reads
   a backward node (directly or not) belongs to the backward pass, whatever its kind.
 """
 
@@ -80,25 +80,25 @@ def backward_phase(graph: Graph) -> list[bool]:
 
 def checkpoint_computes(graph: Graph, dropped, late: list[bool] | None = None) -> list[int]:
     """One-device computation order when the forward nodes in `dropped` are
-    discarded after the forward pass: the forward pass in topological order,
-    then each backward node after recomputing, from the nearest kept
-    ancestors, whatever of its inputs was dropped. Parameters and inputs that
-    only the backward pass reads are loaded when it first needs them."""
+    discarded after their last forward reader: the nodes in topological order,
+    each backward node after recomputing, from the nearest kept ancestors,
+    whatever of its inputs was discarded. Sources (parameters, inputs) are
+    loaded when first needed. Following the topological order rather than the
+    whole forward pass first keeps a graph whose backward nodes do not wait for
+    the forward pass (gnmt) from holding every parameter at once."""
     a = graph.arrays
     topo = a.topo.tolist()
-    kind = a.kind.tolist()
     if late is None:
         late = backward_phase(graph)
     dropped = set(dropped)
     in_ptr, in_idx = a.in_ptr.tolist(), a.in_idx.tolist()
     out_ptr, out_idx = a.out_ptr.tolist(), a.out_idx.tolist()
-    deferred = {v for v in topo if kind[v] in _SOURCES and out_ptr[v] < out_ptr[v + 1]
-                and all(late[c] for c in out_idx[out_ptr[v]:out_ptr[v + 1]])}
-    computes = [v for v in topo if not late[v] and v not in deferred]
-    resident = set(computes) - dropped
+    forward_left = {v: sum(not late[c] for c in out_idx[out_ptr[v]:out_ptr[v + 1]]) for v in dropped}
+    computes: list[int] = []
+    resident: set[int] = set()
 
     def ensure(root: int) -> None:
-        """Recompute `root` after its missing ancestors, depth first, iteratively."""
+        """Compute `root` after its missing ancestors, depth first, iteratively."""
         stack = [(root, False)]
         while stack:
             v, expanded = stack.pop()
@@ -114,11 +114,18 @@ def checkpoint_computes(graph: Graph, dropped, late: list[bool] | None = None) -
                     stack.append((in_idx[j], False))
 
     for v in topo:
+        if in_ptr[v] == in_ptr[v + 1] and out_ptr[v] < out_ptr[v + 1]:
+            continue                # a source with readers: loaded by the first of them
+        ensure(v)
         if late[v]:
-            for j in range(in_ptr[v], in_ptr[v + 1]):
-                ensure(in_idx[j])
-            computes.append(v)
-            resident.add(v)
+            continue
+        for u in in_idx[in_ptr[v]:in_ptr[v + 1]]:
+            if u in forward_left:
+                forward_left[u] -= 1
+                if forward_left[u] == 0:
+                    resident.discard(u)     # its forward readers are done: dropped
+        if forward_left.get(v) == 0:
+            resident.discard(v)
     return computes
 
 
