@@ -22,7 +22,15 @@ from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, get_solver, solve
 from optsched.solvers import baselines as B
 from optsched.solvers.milp import highs_model
-from optsched.solvers.milp_model import build_model, decisions_from_x, emit, make_spec
+from optsched.solvers.milp_model import (
+    build_model,
+    decisions_from_schedule,
+    decisions_from_x,
+    emit,
+    make_spec,
+    order_of,
+    stage_memory,
+)
 
 BASELINES = [getattr(B, n) for n in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, n)]
 
@@ -195,6 +203,25 @@ def test_baseline_warm_start_accepted_and_recompute_off():
     s = solve(g, cl, "milp", time_limit=10, gap=0.0, recompute=False)
     assert "accepted" in s.report.extra["warm_start"]
     assert simulate(g, cl, s).recomputed == 0
+
+
+def test_recomputations_get_gap_stages_when_their_stage_would_overflow():
+    # chen-greedy recomputes several values before one backward node; counted together in that node's stage
+    # they overflow the budget its schedule keeps, one stage each they do not
+    g = generate.random_training_graph(8, 3)
+    cl = one_gpu(int(0.9 * _ke_peak(g)))
+    warm = solve(g, cl, "chen-greedy", swap=False)
+    sim = simulate(g, cl, warm)
+    assert sim.valid and sim.recomputed > 0
+    order = order_of(g, warm)
+    compact = make_spec(g, cl, order=order, swap=False)
+    dec, _, _ = decisions_from_schedule(g, compact, warm)
+    assert stage_memory(compact, dec).max() > cl.devices[0].memory
+    s = solve(g, cl, "milp", time_limit=20, threads=1, swap=False, warm_start=warm)
+    assert s.report.extra["warm_start"].startswith("user: accepted")
+    assert s.report.extra["stages"] > len(g)
+    r = simulate(g, cl, s)
+    assert r.valid and r.makespan <= sim.makespan * (1 + 1e-9)
 
 
 def test_build_time_500_nodes():

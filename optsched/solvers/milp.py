@@ -5,8 +5,9 @@ any solver PuLP drives (`pulp`, `pulp:NAME`).
 Formulation (stages over a fixed topological order, Checkmate-style, extended
 to several devices and links; all sets index-pruned, see `milp_model.py`):
 
-- Stages t = 0..T-1, T = n + K. Node v (position p(v) in the order) is first
-  computed in a stage of its window [p(v), p(v)+K]; K = 0 (Checkmate's
+- Stages t = 0..T-1, T = n + K (+ gap stages). Node v (rank p(v) in the order,
+  stage pos(v) = p(v) plus the gap stages before it) is first computed in a
+  stage of its window [pos(v), pos(v)+K]; K = 0 (Checkmate's
   frontier-advancing order) when only one device can compute and nothing can
   be copied, K = 2 otherwise, so that independent nodes can run side by side
   on different devices and a transfer can sit between producer and consumer.
@@ -59,7 +60,10 @@ first-computation order (`milp_model.decisions_from_schedule`: copies, several
 devices, recomputations; the window K widens up to 8 when cross-device copies
 delay first computations), checked against the model's whole-stage memory
 count, and the one with the smallest staged objective fixes the model's order
-and becomes HiGHS's incumbent. Candidates that do not fit are named, with the
+and becomes HiGHS's incumbent. Staging pulls a candidate's recomputations into
+the stage of the node that needs them; where that overflows the whole-stage
+count, each gets a gap stage of its own before that node (only there: stages
+add columns). Candidates that do not fit are named, with the
 reason, in the report's message (`params={"warm": False}` starts cold). The
 staged objective can exceed the candidate's simulated time (stage barriers end
 a copy's overlap with the next stage), so the fallback stays: if the solver
@@ -98,6 +102,7 @@ from .milp_model import (
     emit,
     make_spec,
     order_of,
+    recompute_gaps,
     stage_memory,
     violated_rows,
     x_from_decisions,
@@ -138,25 +143,46 @@ _MAX_WINDOW = 8   # widest window a warm start may ask for (columns grow with it
 def _stage(graph, spec_of, name, sched, window):
     """(objective, spec, decisions, note): the schedule staged in the model over its own
     order, widening the window K (up to _MAX_WINDOW, unless the user fixed it) when its
-    cross-device copies delay first computations beyond it."""
+    cross-device copies delay first computations beyond it. Recomputations are pulled
+    into the stage of the node that needs them; where that stage would overflow the
+    budget in the model's whole-stage count, they get gap stages of their own (memory
+    counted one computation at a time there, as the simulator counts it). Gaps are
+    opened only where needed: every stage adds columns."""
     order = order_of(graph, sched)
     if order is None:
         return None, None, None, f"{name}: not every node is computed in topological order"
-    spec = spec_of(order, window)
+    wanted = recompute_gaps(graph, sched, order)
+    gaps = np.zeros_like(wanted)
+    while True:
+        spec, dec, why, over = _stage_over(graph, spec_of, sched, order, window, gaps if gaps.any() else None)
+        if dec is not None:
+            return dec.objective(spec), spec, dec, ""
+        rank = np.searchsorted(spec.pos[order], over, side="left") if over is not None else np.array([], int)
+        rank = rank[rank < len(order)]
+        opened = rank[(gaps[rank] == 0) & (wanted[rank] > 0)]
+        if not opened.size:
+            return None, spec, None, f"{name}: {why}"
+        gaps[opened] = wanted[opened]
+
+
+def _stage_over(graph, spec_of, sched, order, window, gaps):
+    """(spec, decisions, "", None), or (spec, None, why, stages over the budget or None)."""
+    spec = spec_of(order, window, gaps)
     dec, why, need = decisions_from_schedule(graph, spec, sched)
     if dec is None and window is None and spec.K < need <= _MAX_WINDOW:
-        spec = spec_of(order, need)
+        spec = spec_of(order, need, gaps)
         dec, why, need = decisions_from_schedule(graph, spec, sched)
     if dec is None:
-        return None, spec, None, f"{name}: {why}"
+        return spec, None, why, None
     mem = stage_memory(spec, dec)
-    over = np.flatnonzero((mem > spec.budget[:, None]).any(axis=1) & spec.mem_row)
-    if over.size:
-        d = int(over[0])
+    over = (mem > spec.budget[:, None]) & spec.mem_row[:, None]
+    if over.any():
+        d = int(np.flatnonzero(over.any(axis=1))[0])
         t = int(np.argmax(mem[d] - spec.budget[d]))
-        return None, spec, None, (f"{name}: stage {t} would hold {format_size(mem[d, t])} on {spec.dev_names[d]} "
-                                  f"(budget {format_size(spec.budget[d])}) in the model's whole-stage memory count")
-    return dec.objective(spec), spec, dec, ""
+        return spec, None, (f"stage {t} would hold {format_size(mem[d, t])} on {spec.dev_names[d]} "
+                            f"(budget {format_size(spec.budget[d])}) in the model's whole-stage memory count"), \
+            np.flatnonzero(over.any(axis=0))
+    return spec, dec, "", None
 
 
 def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
@@ -170,12 +196,12 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
     p = dict(options.params)
     specs = {}
 
-    def spec_of(order, window):
-        key = (None if order is None else order.tobytes(), window)
+    def spec_of(order, window, gaps=None):
+        key = (None if order is None else order.tobytes(), window, None if gaps is None else gaps.tobytes())
         if key not in specs:
             specs[key] = make_spec(graph, cluster, order=order, recompute=options.recompute, swap=options.swap,
                                    devices=options.devices, host_compute=p.get("host_compute", True),
-                                   window=window)
+                                   window=window, gaps=gaps)
         return specs[key]
 
     if options.warm_start is not None:

@@ -30,8 +30,8 @@ MEM_SAFETY = 0.0          # budgets and bytes are integers; the simulator re-che
 @dataclass
 class ModelSpec:
     n: int
-    order: np.ndarray        # order[p] = node index of stage position p
-    pos: np.ndarray          # pos[v] = position of node v
+    order: np.ndarray        # order[p] = node index of rank p
+    pos: np.ndarray          # pos[v] = first stage of v's window (its rank, plus the gap stages before it)
     T: int                   # number of stages
     K: int                   # first computation of v lies in stages pos[v] .. pos[v]+K
     dev: list[int]           # cluster device index of each model device
@@ -63,12 +63,17 @@ class ModelSpec:
 
 
 def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = True, swap: bool = True,
-              devices: int | None = None, host_compute: bool = True, window: int | None = None) -> ModelSpec:
+              devices: int | None = None, host_compute: bool = True, window: int | None = None,
+              gaps=None) -> ModelSpec:
+    """The stages and variable domains. `gaps[p]` extra stages go before the node of rank p: stages where only
+    recomputations (and copies) happen, so that a schedule recomputing one value at a time is counted one
+    computation per stage, as the simulator counts it, not all of them in the next node's stage."""
     a = graph.arrays
     n = len(a.ids)
     order = np.asarray(a.topo if order is None else order, dtype=np.int64)
+    rank_stage = np.arange(n) if gaps is None else np.arange(n) + np.cumsum(np.asarray(gaps, dtype=np.int64))
     pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
+    pos[order] = rank_stage
     # devices in play
     accel_seen = 0
     dev = []
@@ -105,7 +110,7 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
     runnable_any = ~np.isnan(ccost).all(axis=0)
     multi = int((~np.isnan(ccost)).any(axis=1).sum()) > 1 or nL > 0
     K = (0 if not multi else 2) if window is None else int(window)
-    T = n + K
+    T = int(rank_stage[-1]) + 1 + K if n else K
     once = ~a.recomputable.copy() if recompute else np.ones(n, dtype=bool)
     required = a.required.copy()
     # liveness (exact under the model's rules): comp_end(v) = last stage where computing v can
@@ -118,7 +123,7 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
         outs = out_idx[out_ptr[v]:out_ptr[v + 1]]
         ne = int(r_hi[outs].max()) if outs.size else -1
         need_end[v] = ne
-        w_end = min(T - 1, p + K)
+        w_end = min(T - 1, int(pos[v]) + K)
         if once[v] or required[v]:
             r_hi[v] = w_end
         else:
@@ -463,6 +468,27 @@ def order_of(graph: Graph, schedule: Schedule) -> np.ndarray | None:
     return np.array(order, dtype=np.int64)
 
 
+def recompute_gaps(graph: Graph, schedule: Schedule, order: np.ndarray) -> np.ndarray:
+    """gaps[p]: the schedule's recomputations between the first computations of ranks p-1 and p (in `order`),
+    so that `make_spec(gaps=...)` gives each of them a stage of its own."""
+    index = graph.arrays.index
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    gaps = np.zeros(len(order), dtype=np.int64)
+    seen = np.zeros(len(order), dtype=bool)
+    pending = 0
+    for x in schedule.instructions:
+        if type(x) is Compute:
+            v = index[x.node]
+            if seen[v]:
+                pending += 1
+            else:
+                seen[v] = True
+                gaps[rank[v]] = pending
+                pending = 0
+    return gaps
+
+
 def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -> tuple[Decisions | None, str, int]:
     """Stage a valid schedule (any devices, copies, recomputations) over the spec's
     order; returns (decisions, "", K) or (None, why it does not fit the model, K),
@@ -470,8 +496,9 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
 
     With exactly T-1 syncs (our own emitted format) the syncs give each
     instruction's natural stage; otherwise a computation belongs to the stage of
-    the next first computation in list order (recomputations are pulled into the
-    stage of the new node that needs them), a copy to the stage of the last
+    the next first computation in list order (recomputations go into the gap
+    stages before it, one each, and the rest are pulled into the stage of the new
+    node that needs them), a copy to the stage of the last
     first computation before it (so a prefetch issued just before its reader is
     usable in time) and a free to that of the instruction before it. Each
     instruction then moves to the earliest stage the model's rules allow: inputs
@@ -482,6 +509,7 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
     a = graph.arrays
     ins = schedule.instructions
     n, T, K = spec.n, spec.T, spec.K
+    base = T - K                  # stages that hold first computations
     dloc = {spec.dev_names[k]: k for k in range(spec.nD)}
     lloc = {(spec.dev_names[s], spec.dev_names[t]): k for k, (_, s, t) in enumerate(spec.links)}
     ids, pos = a.ids, spec.pos
@@ -498,15 +526,25 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
             if kind[i] is Compute and not seen[nodes[i]]:
                 seen[nodes[i]] = True
                 first[i] = pos[nodes[i]]
-        nxt, prev = n - 1, 0
+        # a recomputation takes one of the gap stages before the next first computation (the last ones, in
+        # list order), or that computation's own stage when the gaps run out
+        nxt, run = base - 1, 0
+        upcoming = np.zeros(m, dtype=np.int64)
         for i in range(m - 1, -1, -1):
             if first[i] >= 0:
-                nxt = int(first[i])
-            natural[i] = nxt
-        synced = False
+                nxt, run = int(first[i]), 0
+            elif kind[i] is Compute:
+                run += 1
+            upcoming[i] = nxt
+            natural[i] = nxt - run if kind[i] is Compute and first[i] < 0 else nxt
+        prev, synced = 0, False
         for i in range(m):
             if first[i] >= 0:
                 prev, synced = int(first[i]), False
+            elif kind[i] is Compute:
+                natural[i] = max(natural[i], min(prev + 1, upcoming[i]))
+                if natural[i] < upcoming[i]:       # in a gap stage: copies after it go there
+                    prev, synced = int(natural[i]), False
             elif kind[i] is Sync:
                 synced = True
             elif kind[i] is Copy:
@@ -561,7 +599,7 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
     for d, v in zip(*np.nonzero(created >= 0), strict=True):
         Sl.append((int(d), int(created[d, v]) + 1, T, int(v)))
     last = max([t for _, t, _ in Rl + Cl] + [t for _, _, t, _ in Sl if t < T], default=0)
-    need = max(delay, last - n + 1, 0)
+    need = max(delay, last - base + 1, 0)
     if need > K:
         where = f"{ids[late]!r} is first computed {delay} stages after its position" if delay > K else \
             f"its last instruction needs stage {last}"
