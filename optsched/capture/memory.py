@@ -29,6 +29,14 @@ def _resident(model: torch.nn.Module, tensors) -> int:
 
 def cpu_allocation_peak(fn) -> int:
     """Peak of CPU-allocator bytes allocated while `fn()` runs, above what was allocated before it."""
+    return cpu_allocation_levels(fn)[0]
+
+
+def cpu_allocation_levels(fn) -> tuple[int, int]:
+    """(peak, held when it returns) of CPU-allocator bytes while `fn()` runs, above the level before it.
+
+    The held part of a forward pass is what it keeps for the backward (what `activation_memory_budget` limits).
+    """
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
@@ -42,10 +50,10 @@ def cpu_allocation_peak(fn) -> int:
             events.append((e.start_time_ns, e.extra_fields.alloc_size, e.extra_fields.total_allocated))
         stack.extend(e.children)
     if not events:
-        return 0
+        return 0, 0
     events.sort()
     start = events[0][2] - events[0][1]
-    return max(total for _, _, total in events) - start
+    return max(total for _, _, total in events) - start, events[-1][2] - start
 
 
 def eager_peak(model: torch.nn.Module, inputs, targets=None, loss_fn=None) -> int:
