@@ -1,0 +1,387 @@
+"""Against PyTorch: optsched's schedules beside `torch._functorch.config.activation_memory_budget` at matched memory.
+
+PyTorch's own answer to "train in less memory" is the min-cut partitioner of `torch.compile`: with
+`activation_memory_budget` below 1 it picks, by a 0/1 knapsack, which forward values to save for the backward and
+which to recompute there. For each built-in model this runs
+
+- eager `loss.backward()` (the keep-everything reference: peak and step time);
+- `torch.compile` (inductor; "aot_eager_decomp_partition", the same partitioner without code generation, when
+  inductor cannot compile) of forward + loss at each budget in --budgets; `.backward()` on its loss runs the
+  backward graph AOTAutograd compiled from the same joint graph, so the budget decides what the step holds;
+- optsched: the step captured with profiled op costs, solved for the accelerator "gpu0" with each measured PyTorch
+  peak as its budget (and at 50% of the eager peak, the headline), and replayed op by op (`optsched.execute`).
+
+Memory is accounted the same way on both sides, so "matched" means the same bytes: the storages the step starts
+with (parameters, buffers, inputs, targets; `capture.memory._resident`) plus the CPU allocator's peak above its
+level at the start while the step runs (`capture.memory.cpu_allocation_peak`), `.grad` None at the start. That is
+`eager_peak`, and for a replay `StepStats.allocator_peak["cpu"]`. The graph counts the same storages (parameters,
+inputs, activations, gradients), so a budget of B bytes on "gpu0" bounds the replay's ledger `StepStats.peak["gpu0"]`
+by B. The ledger is not the whole process here: on a CPU the "host" is the same RAM, so a tensor swapped to it is
+still counted by the allocator (allocator peak = gpu0 ledger + host copies + op scratch). So the CSV has both:
+`peak_bytes` (allocator, the whole step) and `device_peak_bytes` (what the budgeted device holds: the allocator
+for PyTorch, the gpu0 ledger for optsched). `milp/recompute-only` never swaps, so its two agree and it is the
+like-for-like counterpart of the knapsack; `milp` and `heuristic` may also swap, which on a GPU machine would put
+those bytes in host RAM. Only the accelerator computes (the graph's costs name `cuda` alone), since both devices
+are the same cores here; op costs are profiled on this CPU and the link is this CPU's copy bandwidth.
+
+Step time: median of --steps steps after warm-up, one thread on both sides. Compiled code fuses ops and an
+op-by-op replay pays Python per op, so absolute times favour PyTorch; the fair figure is each side's overhead over
+its own keep-everything run (torch.compile at budget 1.0; the replayed keep-everything schedule). Both are in the
+CSV, with loss and gradient error against eager.
+
+    .venv/bin/python experiments/against_pytorch.py          # writes experiments/results/against_pytorch_cpu.csv, .png
+    .venv/bin/python experiments/against_pytorch.py --quick  # mlp only, small, into the temp directory
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+
+import torch
+
+from optsched.capture import capture_step, measure_cpu
+from optsched.capture.memory import _resident, cpu_allocation_levels, cpu_allocation_peak
+from optsched.capture.models import BUILTIN
+from optsched.capture.trace import _WithLoss
+from optsched.cluster import single_accelerator
+from optsched.errors import InfeasibleError
+from optsched.execute import Replayer
+from optsched.graph import Graph
+from optsched.solvers import solve
+
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
+# sizes at which one eager step takes 8-40 ms on one core of the project machine and activations outweigh weights
+SIZES = {"mlp": dict(batch=1024, width=256, depth=6), "cnn": dict(batch=16),
+         "transformer": dict(batch=8, seq=64, d=128), "gpt2": dict(batch=4, seq=128)}
+BUDGETS = (1.0, 0.8, 0.6, 0.5, 0.4, 0.3, 0.0)
+SOLVERS = ("milp", "milp/recompute-only", "heuristic")
+COMPILE_FALLBACK = "aot_eager_decomp_partition"
+
+
+def example(name: str, quick: bool = False) -> dict:
+    """A built-in model at the experiment's size (the built-in default under --quick), seeded."""
+    torch.manual_seed(0)
+    return BUILTIN[name](**({} if quick else SIZES.get(name, {})))
+
+
+def _measure(run, model, tensors, steps: int, warmup: int = 1) -> tuple[int, float, list[float]]:
+    """(peak bytes of one step, median step seconds, the step times); `.grad` is None before every step."""
+    for _ in range(warmup):
+        model.zero_grad(set_to_none=True)
+        run()
+    model.zero_grad(set_to_none=True)
+    peak = _resident(model, tensors) + cpu_allocation_peak(run)
+    times = []
+    for _ in range(steps):
+        model.zero_grad(set_to_none=True)
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    model.zero_grad(set_to_none=True)
+    return peak, statistics.median(times), times
+
+
+def _grads(model) -> list[torch.Tensor | None]:
+    return [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+
+
+def _errors(loss: float, grads, ref: dict) -> tuple[float, float]:
+    """Relative loss error and the largest gradient error relative to that gradient's largest entry."""
+    worst = 0.0
+    for g, r in zip(grads, ref["grads"], strict=True):
+        if (g is None) != (r is None):
+            return abs(loss - ref["loss"]) / max(abs(ref["loss"]), 1e-12), math.inf
+        if r is not None:
+            worst = max(worst, float((g - r).abs().max()) / max(float(r.abs().max()), 1e-12))
+    return abs(loss - ref["loss"]) / max(abs(ref["loss"]), 1e-12), worst
+
+
+def eager_step(model, inputs: tuple, targets: tuple, loss_fn, steps: int = 5) -> dict:
+    """Plain `loss.backward()`: loss, gradients, peak and median step time (the reference for both sides)."""
+    wl = _WithLoss(model, loss_fn, len(inputs))
+    model.zero_grad(set_to_none=True)
+    loss = wl(*inputs, *targets)[0]
+    loss.backward()
+    ref = {"loss": float(loss.detach()), "grads": _grads(model)}
+    peak, step_s, _ = _measure(lambda: wl(*inputs, *targets)[0].backward(), model, inputs + targets, steps)
+    return {**ref, "peak": peak, "step_s": step_s, "held": _held_after_forward(lambda: wl(*inputs, *targets)[0], model)}
+
+
+def _held_after_forward(forward, model) -> int:
+    """Bytes the forward leaves allocated for the backward (what activation_memory_budget limits), not the peak."""
+    model.zero_grad(set_to_none=True)
+    box = {}
+    held = cpu_allocation_levels(lambda: box.setdefault("loss", forward()))[1]
+    box.pop("loss").backward()
+    model.zero_grad(set_to_none=True)
+    return held
+
+
+def compiled_step(model, inputs: tuple, targets: tuple, loss_fn, budget: float, *, backend: str = "inductor",
+                  steps: int = 5, ref: dict | None = None) -> dict:
+    """`torch.compile` forward + loss under `activation_memory_budget=budget`, then `.backward()`; measured.
+
+    Falls back to `COMPILE_FALLBACK` when `backend` fails to compile (the result says which ran and why). With
+    `ref` (from `eager_step`) it also reports the loss and gradient errors against eager.
+    """
+    errors = []
+    for name in dict.fromkeys((backend, COMPILE_FALLBACK)):
+        try:
+            out = _compiled_with(name, model, inputs, targets, loss_fn, budget, steps, ref)
+        except Exception as e:  # an inductor build failure surfaces as any of several exception types
+            errors.append(f"{name}: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
+            print(f"  torch.compile backend {errors[-1]}", file=sys.stderr)
+            continue
+        return {**out, "compile_error": "; ".join(errors)}
+    raise RuntimeError(f"torch.compile failed with every backend: {'; '.join(errors)}")
+
+
+def _compiled_with(backend: str, model, inputs, targets, loss_fn, budget, steps, ref) -> dict:
+    import torch._dynamo
+    import torch._functorch.config as fconfig
+
+    wl = _WithLoss(model, loss_fn, len(inputs))
+    torch._dynamo.reset()
+    try:
+        # the partitioner reads the budget when the first call compiles the joint graph
+        with fconfig.patch(activation_memory_budget=budget):
+            fn = torch.compile(lambda *a: wl(*a)[0], backend=backend, fullgraph=True)
+            model.zero_grad(set_to_none=True)
+            t = time.perf_counter()
+            loss = fn(*inputs, *targets)
+            loss.backward()
+            out = {"budget": budget, "backend": backend, "compile_s": time.perf_counter() - t,
+                   "loss": float(loss.detach()), "grads": _grads(model)}
+            if ref is not None:
+                out["loss_err"], out["grad_err"] = _errors(out["loss"], out["grads"], ref)
+            out["peak"], out["step_s"], out["times"] = _measure(lambda: fn(*inputs, *targets).backward(), model,
+                                                                inputs + targets, steps)
+            out["held"] = _held_after_forward(lambda: fn(*inputs, *targets), model)
+        return out
+    finally:
+        model.zero_grad(set_to_none=True)
+        torch._dynamo.reset()
+
+
+def accelerator_only(graph: Graph) -> Graph:
+    """Op costs profiled on this CPU, runnable on the accelerator alone: the host is swap space, not a second
+    processor (both are the same cores here)."""
+    nodes = tuple(replace(n, cost={"cuda": n.cost["cpu"]}) for n in graph.nodes)
+    return Graph(nodes, graph.name, graph.meta)
+
+
+def optsched_step(model, step, graph: Graph, inputs: tuple, targets: tuple, budget: int, solver: str, *,
+                  bandwidth: float | None = None, time_limit: float = 30.0, steps: int = 5,
+                  ref: dict | None = None) -> dict:
+    """Solve `graph` for `budget` bytes on gpu0 with `solver` (`NAME/recompute-only` forbids swapping), replay the
+    schedule on the CPU and measure it as `compiled_step` does; status "infeasible" when no schedule fits."""
+    bw = bandwidth or measure_cpu().bandwidth
+    cluster = single_accelerator(int(budget), bandwidth=bw)
+    name, _, variant = solver.partition("/")
+    t = time.perf_counter()
+    try:
+        schedule = solve(graph, cluster, name, time_limit=time_limit, swap=variant != "recompute-only")
+    except InfeasibleError as e:
+        return {"solver": solver, "budget_bytes": int(budget), "status": "infeasible", "message": e.message}
+    solve_s = time.perf_counter() - t
+    replay = Replayer(model, step, graph, cluster, schedule)
+    pred = replay.predicted
+    model.zero_grad(set_to_none=True)
+    first = replay.run(inputs, targets)
+    status = schedule.report.status if schedule.report else "ok"
+    out = {"solver": solver, "budget_bytes": int(budget), "status": status, "solve_s": solve_s,
+           "loss": first.loss, "device_peak": first.peak["gpu0"], "predicted_peak": pred.peak["gpu0"],
+           "predicted_step_s": pred.makespan, "recomputed": pred.recomputed, "swap_out_bytes": pred.swap_out_bytes}
+    if ref is not None:
+        out["loss_err"], out["grad_err"] = _errors(first.loss, _grads(model), ref)
+    out["peak"], out["step_s"], out["times"] = _measure(lambda: replay.run(inputs, targets), model,
+                                                        inputs + targets, steps)
+    return out
+
+
+def _device_line(argv: list[str], start_load: tuple[float, ...]) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = lambda xs: "/".join(f"{x:.2f}" for x in xs)
+    return (f"# device: CPU {cpu}, {os.cpu_count()} cores, torch.set_num_threads(1); torch {torch.__version__}; "
+            f"load average (1/5/15 min) at start {load(start_load)}, at end {load(os.getloadavg())}; "
+            f"command: .venv/bin/python experiments/against_pytorch.py"
+            f"{' ' if argv else ''}{' '.join(argv)}")
+
+
+COLUMNS = ["model", "side", "method", "backend", "activation_memory_budget", "target", "status", "budget_bytes",
+           "peak_bytes", "device_peak_bytes", "predicted_peak_bytes", "peak_fraction_of_eager",
+           "held_after_forward_bytes", "step_s", "baseline_step_s", "overhead", "time_vs_eager", "predicted_step_s",
+           "recomputed", "swap_out_bytes", "loss_err", "grad_err", "compile_s", "solve_s", "step_times_s", "message"]
+
+
+def run_model(name: str, args) -> list[dict]:
+    """Every row of one model: eager, torch.compile at each budget, optsched at each matched peak."""
+    ex = example(name, args.quick)
+    model, inputs, targets, loss_fn = ex["model"], tuple(ex["inputs"]), tuple(ex["targets"]), ex["loss_fn"]
+    eager = eager_step(model, inputs, targets, loss_fn, args.steps)
+    base = {"model": name}
+    rows = [{**base, "side": "eager", "method": "loss.backward()", "status": "ok", "peak_bytes": eager["peak"],
+             "device_peak_bytes": eager["peak"], "held_after_forward_bytes": eager["held"], "step_s": eager["step_s"]}]
+    print(f"{name}: eager peak {eager['peak'] / 1e6:.2f} MB, step {eager['step_s'] * 1e3:.1f} ms", file=sys.stderr)
+    compiled = []
+    for b in args.budgets:
+        c = compiled_step(model, inputs, targets, loss_fn, b, backend=args.backend, steps=args.steps, ref=eager)
+        compiled.append(c)
+        rows.append({**base, "side": "pytorch", "method": "torch.compile+activation_memory_budget",
+                     "backend": c["backend"], "activation_memory_budget": b, "status": "ok", "peak_bytes": c["peak"],
+                     "device_peak_bytes": c["peak"], "held_after_forward_bytes": c["held"], "step_s": c["step_s"],
+                     "loss_err": c["loss_err"],
+                     "grad_err": c["grad_err"], "compile_s": c["compile_s"], "step_times_s": c["times"],
+                     "message": c["compile_error"]})
+        print(f"  torch.compile[{c['backend']}] budget {b:.2f}: peak {c['peak'] / 1e6:.2f} MB (held after forward "
+              f"{c['held'] / 1e6:.2f} MB), "
+              f"step {c['step_s'] * 1e3:.1f} ms, grad err {c['grad_err']:.1e}", file=sys.stderr)
+    torch_base = next((c["step_s"] for c in compiled if c["budget"] == 1.0), None)
+
+    step, graph = capture_step(model, inputs, loss_fn, targets=targets, profile=True)
+    graph = accelerator_only(graph)
+    bw = measure_cpu().bandwidth
+    keep = optsched_step(model, step, graph, inputs, targets, 2**40, "keep-everything", bandwidth=bw,
+                         steps=args.steps, ref=eager)
+    rows.append({**base, "side": "optsched", "method": "keep-everything", "target": "unbounded", **_opt_row(keep)})
+    targets_ = {}  # budget bytes -> what it matches
+    for c in compiled:
+        targets_.setdefault(c["peak"], f"torch.compile@{c['budget']:g}")
+    for frac in args.fractions:
+        targets_.setdefault(int(frac * eager["peak"]), f"{frac:.0%} of eager")
+    for budget, label in sorted(targets_.items(), reverse=True):
+        amb = next((c["budget"] for c in compiled if c["peak"] == budget), "")
+        for solver in args.solvers:
+            r = optsched_step(model, step, graph, inputs, targets, budget, solver, bandwidth=bw,
+                              time_limit=args.time_limit, steps=args.steps, ref=eager)
+            rows.append({**base, "side": "optsched", "method": solver, "activation_memory_budget": amb,
+                         "target": label, **_opt_row(r)})
+            msg = (f"peak {r['peak'] / 1e6:.2f} MB (gpu0 {r['device_peak'] / 1e6:.2f}), step {r['step_s'] * 1e3:.1f}"
+                   f" ms" if r["status"] != "infeasible" else "infeasible")
+            print(f"  optsched {solver} at {budget / 1e6:.2f} MB ({label}): {msg}", file=sys.stderr)
+    for r in rows:
+        r["peak_fraction_of_eager"] = r["device_peak_bytes"] / eager["peak"] if "device_peak_bytes" in r else ""
+        own = torch_base if r["side"] == "pytorch" else keep["step_s"] if r["side"] == "optsched" else eager["step_s"]
+        if "step_s" in r and own:
+            r["baseline_step_s"] = own
+            r["overhead"] = r["step_s"] / own - 1
+            r["time_vs_eager"] = r["step_s"] / eager["step_s"]
+    return rows
+
+
+def _opt_row(r: dict) -> dict:
+    if r["status"] == "infeasible":
+        return {"budget_bytes": r["budget_bytes"], "status": "infeasible", "message": r["message"]}
+    return {"budget_bytes": r["budget_bytes"] if r["budget_bytes"] < 2**40 else "", "status": r["status"],
+            "peak_bytes": r["peak"], "device_peak_bytes": r["device_peak"], "predicted_peak_bytes": r["predicted_peak"],
+            "step_s": r["step_s"], "predicted_step_s": r["predicted_step_s"], "recomputed": r["recomputed"],
+            "swap_out_bytes": r["swap_out_bytes"], "loss_err": r["loss_err"], "grad_err": r["grad_err"],
+            "solve_s": r["solve_s"], "step_times_s": r["times"]}
+
+
+def write_csv(rows: list[dict], path: str, first_line: str) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", newline="") as f:
+        f.write(first_line + "\n")
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            r = dict(r)
+            if "step_times_s" in r:
+                r["step_times_s"] = " ".join(f"{t:.6f}" for t in r["step_times_s"])
+            w.writerow(r)
+
+
+def plot(rows: list[dict], path: str, title: str) -> None:
+    """Per model: step-time overhead (%) against measured peak memory (MB), one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.6 * len(models), 4.2), squeeze=False)
+    styles = {"torch.compile+activation_memory_budget": ("C0", "o", "-"), "milp": ("C1", "s", "-"),
+              "milp/recompute-only": ("C2", "^", "--"), "heuristic": ("C3", "D", ":")}
+    for ax, model in zip(axes[0], models, strict=True):
+        mine = [r for r in rows if r["model"] == model and r["status"] != "infeasible"]
+        eager = next(r for r in mine if r["side"] == "eager")
+        for method, (color, marker, ls) in styles.items():
+            pts = sorted((r["device_peak_bytes"] / 1e6, 100 * r["overhead"]) for r in mine if r["method"] == method)
+            if pts:
+                label = "torch.compile + activation_memory_budget" if method.startswith("torch") else \
+                    f"optsched {method}"
+                ax.plot(*zip(*pts, strict=True), color=color, marker=marker, ls=ls, label=label)
+        ax.axvline(eager["peak_bytes"] / 1e6, color="grey", lw=0.8)
+        ax.axvline(eager["peak_bytes"] / 2e6, color="grey", lw=0.8, ls="--")
+        ax.set_title(f"{model} (grey: eager peak, dashed: 50%)", fontsize=9)
+        ax.set_xlabel("measured peak memory of the budgeted device (MB)")
+        ax.set_ylabel("step-time overhead over own keep-everything (%)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=None, help="comma-separated built-ins (default mlp,cnn,transformer,gpt2)")
+    ap.add_argument("--budgets", default=None, help=f"activation_memory_budget values (default {BUDGETS})")
+    ap.add_argument("--fractions", default="0.75,0.5",
+                    help="optsched budgets as fractions of the eager peak, besides the measured PyTorch peaks")
+    ap.add_argument("--solvers", default=",".join(SOLVERS))
+    ap.add_argument("--backend", default="inductor")
+    ap.add_argument("--steps", type=int, default=7, help="timed steps per run (median)")
+    ap.add_argument("--time-limit", type=float, default=20.0, help="MILP seconds per solve")
+    ap.add_argument("--quick", action="store_true", help="mlp at its default size, budgets 1.0,0.5,0.0, MILP 5 s")
+    ap.add_argument("-o", "--output", default=None, help="CSV path; the figure goes beside it as .png")
+    args = ap.parse_args(argv)
+    args.models = (args.models or ("mlp" if args.quick else "mlp,cnn,transformer,gpt2")).split(",")
+    args.budgets = [float(b) for b in args.budgets.split(",")] if args.budgets else \
+        ([1.0, 0.5, 0.0] if args.quick else list(BUDGETS))
+    if 1.0 not in args.budgets:
+        args.budgets.insert(0, 1.0)  # the PyTorch side's own baseline
+    args.solvers = args.solvers.split(",")
+    args.fractions = [float(f) for f in args.fractions.split(",") if f]
+    if args.quick:
+        args.time_limit, args.steps = min(args.time_limit, 5.0), min(args.steps, 3)
+    output = args.output or (os.path.join(tempfile.gettempdir(), "against_pytorch_cpu_quick.csv") if args.quick
+                             else os.path.join(RESULTS, "against_pytorch_cpu.csv"))
+    torch.set_num_threads(1)
+    start_load = os.getloadavg()
+    rows = []
+    for name in args.models:
+        if name in ("gpt2", "bert"):
+            try:
+                import transformers  # noqa: F401
+            except ImportError:
+                print(f"{name}: skipped, transformers is not installed", file=sys.stderr)
+                continue
+        rows += run_model(name, args)
+    device_line = _device_line(argv, start_load)
+    write_csv(rows, output, device_line)
+    png = os.path.splitext(output)[0] + ".png"
+    plot(rows, png, device_line.lstrip("# "))
+    print(f"wrote {output} and {png}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
