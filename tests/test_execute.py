@@ -1,10 +1,14 @@
 """The executor: schedules from every solver replay a real training step whose loss and gradients equal plain
-`loss.backward()`, step after step with an optimizer; memory measured on CPU agrees with the simulator; bad
-input is refused before anything runs."""
+`loss.backward()`, step after step with an optimizer; memory measured on CPU agrees with the simulator; CPU copies
+run on worker threads; op costs measured in the replay predict it; bad input is refused before anything runs."""
 
 from __future__ import annotations
 
 import copy
+import gc
+import threading
+from concurrent.futures import Future
+from dataclasses import replace
 
 import pytest
 
@@ -13,8 +17,9 @@ torch = pytest.importorskip("torch")
 from optsched.capture import capture_step  # noqa: E402
 from optsched.capture.models import BUILTIN  # noqa: E402
 from optsched.capture.trace import _WithLoss  # noqa: E402
-from optsched.cluster import single_accelerator  # noqa: E402
-from optsched.execute import ExecuteError, Replayer, compile, execute  # noqa: E402
+from optsched.cluster import Cluster, Device, single_accelerator  # noqa: E402
+from optsched.execute import ExecuteError, Replayer, compile, execute, measure_copy, measure_costs  # noqa: E402
+from optsched.execute import replay as replay_module  # noqa: E402
 from optsched.formats.importers import example_graph_path, import_graph  # noqa: E402
 from optsched.schedule import Compute, Copy  # noqa: E402
 from optsched.simulate import simulate  # noqa: E402
@@ -172,6 +177,128 @@ def test_compile_trains_like_eager():
         assert torch.equal(p, q)
     for b, c in zip(model.buffers(), ref.buffers(), strict=True):   # batch-norm running statistics
         assert torch.equal(b, c)
+
+
+# -- copies on worker threads, measured costs --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def offload_case():
+    """offload-all: swap-outs, and prefetches whose source is itself a copy made on another link's worker."""
+    torch.manual_seed(7)
+    ex = BUILTIN["mlp"]()
+    step, graph = capture_step(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    cluster = single_accelerator(2**40)
+    return ex, step, graph, cluster, solve(graph, cluster, "offload-all")
+
+
+def _check_step(replay, ex):
+    model = ex["model"]
+    model.zero_grad(set_to_none=True)
+    want_loss, want = _eager_grads(model, ex)
+    assert replay.run(ex["inputs"], ex["targets"]).loss == want_loss.item()
+    for p, g in zip(model.parameters(), want, strict=True):
+        assert torch.equal(p.grad, g)
+    model.zero_grad(set_to_none=True)
+
+
+def test_cpu_copies_run_on_link_workers(offload_case, monkeypatch):
+    """Every CPU copy runs on its link's one worker thread, the same across steps; prefetches wait there on the
+    swap-out's Future; gradients stay bitwise equal; closing (or dropping) the Replayer ends the workers."""
+    ex, step, graph, cluster, schedule = offload_case
+    seen = []
+    copy_into = replay_module._copy_into
+
+    def spy(dst, src, ev):
+        seen.append((threading.current_thread(), ev))
+        copy_into(dst, src, ev)
+
+    monkeypatch.setattr(replay_module, "_copy_into", spy)
+    with Replayer(ex["model"], step, graph, cluster, schedule) as replay:
+        for _ in range(2):
+            _check_step(replay, ex)
+    copies = [x for x in schedule.instructions if isinstance(x, Copy)]
+    assert len(seen) == 2 * len(copies)
+    workers = {t for t, _ in seen}
+    assert sorted(t.name.rsplit("_", 1)[0] for t in workers) == ["optsched-copy gpu0->host",
+                                                                  "optsched-copy host->gpu0"]
+    assert any(isinstance(ev, Future) for _, ev in seen)
+    assert not any(t.is_alive() for t in workers)
+    seen.clear()
+    dropped = Replayer(ex["model"], step, graph, cluster, schedule)
+    _check_step(dropped, ex)
+    del dropped
+    gc.collect()
+    for t, _ in seen:
+        t.join(timeout=10)
+        assert not t.is_alive()
+
+
+def test_copy_worker_error_raised_in_caller(offload_case, monkeypatch):
+    """A copy that fails on its worker fails the step in the calling thread, with nothing left running; the next
+    step runs clean."""
+    ex, step, graph, cluster, schedule = offload_case
+
+    def broken(dst, src, ev):
+        raise RuntimeError("copy failed")
+
+    with Replayer(ex["model"], step, graph, cluster, schedule) as replay:
+        monkeypatch.setattr(replay_module, "_copy_into", broken)
+        with pytest.raises(RuntimeError, match="copy failed"):
+            replay.run(ex["inputs"], ex["targets"])
+        assert replay.pending and all(f.done() for f in replay.pending)
+        monkeypatch.undo()
+        _check_step(replay, ex)
+
+
+def test_measure_costs_replaces_one_kind():
+    """Every node gets a positive cost for the CPU, measured in the replay; the structure and the other kind are
+    unchanged, run after run; the model's gradients and batch-norm statistics are left as they were."""
+    torch.manual_seed(8)
+    ex = BUILTIN["cnn"]()
+    model = ex["model"]
+    step, graph = capture_step(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    before = copy.deepcopy(model.state_dict())
+    first, second = (measure_costs(model, step, graph, ex["inputs"], ex["targets"], runs=2) for _ in range(2))
+    for measured in (first, second):
+        assert measured.meta["capture"]["replay"]["step_s"] > 0
+        for n, m in zip(graph.nodes, measured.nodes, strict=True):
+            assert m.cost["cpu"] > 0
+            assert replace(m, cost=n.cost) == n and m.cost["cuda"] == n.cost["cuda"]
+    assert all(p.grad is None for p in model.parameters())
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    bandwidth, latency = measure_copy()
+    assert bandwidth > 0 and latency >= 0
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread, as the executor runs on the CPU; several fight for the cores when the machine is busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_measured_costs_predict_the_replay(mlp_case, one_thread):
+    """Wiring, not a benchmark: with the CPU as the only device, the keep-everything prediction from measured costs
+    is within 3x of the fastest of several replayed steps (the fastest: the least disturbed by other processes)."""
+    ex, step, graph = mlp_case
+    measured = measure_costs(ex["model"], step, graph, ex["inputs"], ex["targets"], runs=3)
+    cpu = Cluster((Device("cpu0", "cpu", 2**40),), ())
+    schedule = solve(measured, cpu, "keep-everything")
+    with Replayer(ex["model"], step, measured, cpu, schedule) as replay:
+        walls = []
+        for _ in range(10):
+            ex["model"].zero_grad(set_to_none=True)
+            stats = replay.run(ex["inputs"], ex["targets"], timed=True)
+            walls.append(stats.wall_time)
+    ex["model"].zero_grad(set_to_none=True)
+    predicted = replay.predicted.makespan
+    assert predicted == pytest.approx(sum(n.cost["cpu"] for n in measured.nodes))
+    assert sorted(stats.op_times) == [k for k, x in enumerate(schedule.instructions) if isinstance(x, Compute)]
+    assert predicted / 3 <= min(walls) <= 3 * predicted
 
 
 # -- refusals -----------------------------------------------------------------------------------------------------

@@ -67,18 +67,24 @@ def measure_cpu() -> DeviceModel:
                        2 * big.numel() * 4 / max(copy, 1e-9), over)
 
 
-def _median_time(fn: Callable[[], object], runs: int, warmup: int = 2,
-                 sync: Callable[[], None] = lambda: None) -> float:
+def timed_runs(fn: Callable[[], object], runs: int, warmup: int = 2,
+               sync: Callable[[], None] = lambda: None) -> list[tuple[float, object]]:
+    """(seconds, result) of `runs` calls of fn after `warmup` untimed ones (first calls pay for caches)."""
     for _ in range(warmup):
         fn()
     sync()
-    times = []
+    out = []
     for _ in range(runs):
         t = time.perf_counter()
-        fn()
+        result = fn()
         sync()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        out.append((time.perf_counter() - t, result))
+    return out
+
+
+def _median_time(fn: Callable[[], object], runs: int, warmup: int = 2,
+                 sync: Callable[[], None] = lambda: None) -> float:
+    return statistics.median(t for t, _ in timed_runs(fn, runs, warmup, sync))
 
 
 def _tensor_bytes(v) -> int:

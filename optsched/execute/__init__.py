@@ -7,20 +7,25 @@
 
 The schedule is solved once (or loaded) and replayed every step; `step.last`
 holds the measured peak and wall time of the latest step beside the
-simulator's prediction.
+simulator's prediction. `measure_costs` times each operation inside the
+replay, so a prediction made with those costs includes the executor's own
+overhead; `measure_copy` does the same for a link.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from ..cluster import Cluster, check_cluster, single_accelerator
 from ..errors import OptschedError
 from ..graph import Graph
 from ..schedule import Schedule
-from .replay import ExecuteError, Replayer, StepStats, check_match, device_map
+from .replay import ExecuteError, Replayer, StepStats, check_match, device_map, measure_copy
 
-__all__ = ["compile", "execute", "TrainStep", "Replayer", "StepStats", "ExecuteError", "device_map", "check_match"]
+__all__ = ["compile", "execute", "measure_costs", "measure_copy", "TrainStep", "Replayer", "StepStats",
+           "ExecuteError", "device_map", "check_match"]
 
 
 def _cluster(mem, cluster: Cluster | None) -> Cluster:
@@ -78,3 +83,52 @@ def execute(model, inputs, graph: Graph, schedule: Schedule, cluster: Cluster, *
 
     step = export_step(model, inputs, targets, loss_fn)
     return Replayer(model, step, graph, cluster, schedule, devices).run(inputs, targets or (), allocator=allocator)
+
+
+def measure_costs(model, step, graph: Graph, inputs, targets=(), *, device: str = "cpu", runs: int = 5,
+                  warmup: int = 1) -> Graph:
+    """The graph with `device`'s kind ("cpu" or "cuda") costed as the executor spends it.
+
+    Replays the keep-everything schedule on `device` `warmup + runs` times and gives each node the median of
+    its timed runs (`Replayer.run(timed=True)`: the op with the dispatch and bookkeeping before it). The median,
+    not the minimum, because predictions are compared with a typical step: a sum of per-op minima is below any
+    step that was observed. `meta["capture"]["replay"]` keeps the median wall time of those steps. The model's
+    gradients, buffers and random state are left as they were.
+    """
+    import torch
+
+    from ..capture.cost import timed_runs
+    from ..solvers import solve
+
+    dev = torch.device(device)
+    kind = "cuda" if dev.type == "cuda" else "cpu"
+    cluster = single_accelerator(sum(n.bytes + n.workspace for n in graph.nodes))
+    schedule = solve(graph, cluster, "keep-everything")
+    params = list(model.parameters())
+    grads = [p.grad for p in params]
+    buffers = {name: b.clone() for name, b in model.named_buffers()}
+
+    def one():
+        for p in params:
+            p.grad = None
+        return replay.run(inputs, targets, timed=True)
+
+    with Replayer(model, step, graph, cluster, schedule, {"gpu0": device}) as replay, \
+            torch.random.fork_rng(devices=[dev] if kind == "cuda" else []):
+        try:
+            samples = timed_runs(one, runs, warmup)
+        finally:
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g
+            with torch.no_grad():
+                for name, b in model.named_buffers():
+                    b.copy_(buffers[name])
+    times: dict[str, list[float]] = {}
+    for _, stats in samples:
+        for k, seconds in stats.op_times.items():
+            times.setdefault(schedule.instructions[k].node, []).append(seconds)
+    nodes = tuple(replace(n, cost={**n.cost, kind: statistics.median(times[n.id])}) for n in graph.nodes)
+    info = {**graph.meta["capture"], "cost": f"measured in replay ({kind})",
+            "replay": {"device": str(dev), "runs": runs,
+                       "step_s": statistics.median(stats.wall_time for _, stats in samples)}}
+    return Graph(nodes, graph.name, {**graph.meta, "capture": info})

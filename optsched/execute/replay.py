@@ -9,15 +9,19 @@ The traced joint graph (`capture.trace.Step`) gives each node's ATen call.
   in a stash, or reruns the op for an output whose stash is gone;
 - `copy v a->b`: a real copy (a clone when both map to one torch device, so
   memory behaves as on two devices); host-bound copies from CUDA go into
-  pinned buffers reused across steps, on one CUDA stream per link;
+  pinned buffers reused across steps, on one CUDA stream per link; when both
+  ends map to the CPU the copy runs on the link's worker thread, the CPU's
+  copy stream (torch releases the GIL while it copies, so with one torch
+  thread one core computes while another copies);
 - `free v @ d`: drop the tensor; on CUDA `record_stream` keeps the caching
   allocator from reusing it before every stream that read it is done;
 - `sync`: wait for every stream.
 On CUDA each device computes on its own stream and every tensor carries the
 event of the stream that made it, which readers wait on: the stream semantics
-of the simulator. Instructions are issued in the order the simulator starts
-them (`execution_order`), so allocations and releases follow its memory
-timeline.
+of the simulator. A tensor made by a CPU copy carries the worker's Future
+instead; readers wait on it, and a worker's error is raised in the caller.
+Instructions are issued in the order the simulator starts them
+(`execution_order`), so allocations and releases follow its memory timeline.
 
 At the end the loss is returned, parameter gradients are accumulated into
 `.grad` (as `loss.backward()` would), buffer updates are copied into the
@@ -33,12 +37,15 @@ from __future__ import annotations
 
 import operator
 import time
+import weakref
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 
+from ..capture.cost import _median_time
 from ..capture.trace import Step, _op_name, fold
 from ..cluster import Cluster
 from ..errors import OptschedError
@@ -60,6 +67,7 @@ class StepStats:
     peak: dict[str, int]                 # ledger: bytes of storages held per schedule device
     allocator_peak: dict[str, int]       # torch device -> allocator peak over the step (cuda always, cpu on request)
     predicted: SimResult = field(repr=False)
+    op_times: dict[int, float] = field(default_factory=dict, repr=False)   # compute instruction -> seconds (timed)
 
 
 def device_map(cluster: Cluster, devices: Mapping[str, str] | None = None) -> dict[str, torch.device]:
@@ -107,6 +115,50 @@ def check_match(step: Step, graph: Graph) -> None:
                                    hint="capture the graph again from this model and these input shapes")
 
 
+def _host_wait(ev) -> None:
+    """Block this thread until ev's producer is done: a copy worker's Future (raising its error) or a CUDA event."""
+    if isinstance(ev, Future):
+        ev.result()
+    elif ev is not None:
+        ev.synchronize()
+
+
+def _copy_into(dst: torch.Tensor, src: torch.Tensor, ev) -> None:
+    """A CPU copy stream's work: wait until the source exists (it may itself be a copy in flight), then copy."""
+    _host_wait(ev)
+    dst.copy_(src)
+
+
+def _shutdown(pools: dict, wait: bool = False) -> None:
+    for pool in pools.values():
+        pool.shutdown(wait=wait)
+    pools.clear()
+
+
+def measure_copy(device: str = "cpu", sizes: tuple[int, int] = (2**12, 2**22), runs: int = 15) -> tuple[float, float]:
+    """(bandwidth in bytes/s, latency in s) of a copy as the replay issues it from `device`: on the CPU a fresh
+    tensor filled by a copy worker thread and waited for, on CUDA a copy into pinned host memory.
+
+    Timed at two sizes: the difference gives the bandwidth, the small one what is left, the latency (thread
+    hand-off, allocation, launch), which dominates the copies of small models.
+    """
+    dev = torch.device(device)
+
+    def seconds(nbytes: int) -> float:
+        src = torch.ones(nbytes // 4, device=dev)
+        if dev.type == "cuda":
+            dst = torch.empty(src.shape, pin_memory=True)
+            return _median_time(lambda: dst.copy_(src, non_blocking=True), runs,
+                                sync=lambda: torch.cuda.synchronize(dev))
+        with ThreadPoolExecutor(1, thread_name_prefix="optsched-copy measure") as pool:
+            return _median_time(lambda: pool.submit(_copy_into, torch.empty_like(src), src, None).result(), runs)
+
+    small, big = sizes
+    t_small, t_big = seconds(small), seconds(big)
+    bandwidth = (big - small) / max(t_big - t_small, 1e-12)
+    return bandwidth, max(t_small - small / bandwidth, 0.0)
+
+
 def execution_order(graph: Graph, schedule: Schedule, sim: SimResult) -> list[int]:
     """Instruction indices in the order the simulator starts them (frees at their release).
 
@@ -138,7 +190,11 @@ def execution_order(graph: Graph, schedule: Schedule, sim: SimResult) -> list[in
 
 
 class Replayer:
-    """One schedule bound to one model: `run(inputs, targets)` performs a training step."""
+    """One schedule bound to one model: `run(inputs, targets)` performs a training step.
+
+    CPU copies run on one worker thread per link, started on first use and kept across steps; `close()` (or
+    leaving a `with` block, or collecting the Replayer) stops them.
+    """
 
     def __init__(self, model: torch.nn.Module, step: Step, graph: Graph, cluster: Cluster, schedule: Schedule,
                  devices: Mapping[str, str] | None = None):
@@ -185,6 +241,19 @@ class Replayer:
                 if side.type == "cuda":
                     self.streams[f"{link.src}->{link.dst}"] = torch.cuda.Stream(side)
         self.pinned: dict[tuple, list[torch.Tensor]] = {}
+        self.pools: dict[str, ThreadPoolExecutor] = {}   # CPU copy streams by link
+        self.pending: list[Future] = []                  # CPU copies issued since the last sync
+        weakref.finalize(self, _shutdown, self.pools)
+
+    def close(self) -> None:
+        """Stop the copy workers; a later `run` starts them again."""
+        _shutdown(self.pools, wait=True)
+
+    def __enter__(self) -> Replayer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _plan_stash(self, schedule: Schedule) -> dict[int, list[str]]:
         """For each compute of a multi-output primary: the other outputs computed on its device before any
@@ -230,14 +299,10 @@ class Replayer:
 
     # -- bookkeeping ------------------------------------------------------------------------------------------------
 
-    def _put(self, d: str, v: str, t: torch.Tensor, stream) -> None:
-        """A new copy of v on d. Issued in simulator order, a prefetch may land before the list frees the previous
-        copy, so a device holds a list of generations: reads take the newest (all hold the same values), a free
-        releases the oldest."""
-        ev = None
-        if stream is not None:
-            ev = torch.cuda.Event()
-            ev.record(stream)
+    def _put(self, d: str, v: str, t: torch.Tensor, ev) -> None:
+        """A new copy of v on d, made when ev (None, a CUDA event or a copy worker's Future) is done. Issued in
+        simulator order, a prefetch may land before the list frees the previous copy, so a device holds a list of
+        generations: reads take the newest (all hold the same values), a free releases the oldest."""
         self.env[d].setdefault(v, []).append((t, ev))
         self.level[d] += t.untyped_storage().nbytes()
         self.peak[d] = max(self.peak[d], self.level[d])
@@ -256,6 +321,14 @@ class Replayer:
         if t.device.type == "cpu" and t.is_pinned():
             self.pinned.setdefault((tuple(t.shape), t.stride(), t.dtype), []).append((t, ev))
 
+    @staticmethod
+    def _recorded(stream):
+        if stream is None:
+            return None
+        ev = torch.cuda.Event()
+        ev.record(stream)
+        return ev
+
     def _drop_stash(self, d: str, primary: str) -> None:
         for t in self.stash[d].pop(primary, {}).values():
             self.level[d] -= t.untyped_storage().nbytes()
@@ -265,8 +338,8 @@ class Replayer:
             ev = self.env[d][src][-1][1] if src in self.env[d] else None
             if ev is None:
                 continue
-            if stream is None:
-                ev.synchronize()
+            if stream is None or isinstance(ev, Future):
+                _host_wait(ev)
             else:
                 stream.wait_event(ev)
                 self.readers.setdefault((d, src), set()).add(stream)
@@ -306,17 +379,27 @@ class Replayer:
                         self.peak[d] = max(self.peak[d], self.level[d] + t.untyped_storage().nbytes())
             else:
                 t = self._call(d, self.fx[v])
-            self._put(d, v, t, stream)
+            self._put(d, v, t, self._recorded(stream))
 
     def _copy(self, v: str, a: str, b: str) -> None:
         src, ev = self.env[a][v][-1]
         da, db = self.dev[a], self.dev[b]
-        stream = self.streams.get(f"{a}->{b}")
-        if stream is not None and ev is not None:
+        link = f"{a}->{b}"
+        if da.type == db.type == "cpu":
+            t = torch.empty_like(src)   # allocated when the copy starts, as the simulator counts it
+            pool = self.pools.get(link)
+            if pool is None:
+                pool = self.pools[link] = ThreadPoolExecutor(1, thread_name_prefix=f"optsched-copy {link}")
+            done = pool.submit(_copy_into, t, src, ev)
+            self.pending.append(done)
+            self._put(b, v, t, done)
+            return
+        stream = self.streams.get(link)
+        if stream is not None and ev is not None and not isinstance(ev, Future):
             stream.wait_event(ev)
             self.readers.setdefault((a, v), set()).add(stream)
-        elif ev is not None:
-            ev.synchronize()
+        else:
+            _host_wait(ev)
         with torch.cuda.stream(stream) if stream is not None else nullcontext():
             if da == db:
                 t = src.clone()
@@ -325,7 +408,7 @@ class Replayer:
                 t.copy_(src, non_blocking=True)
             else:
                 t = src.to(db, non_blocking=True)
-        self._put(b, v, t, stream)
+        self._put(b, v, t, self._recorded(stream))
 
     def _pinned_like(self, src: torch.Tensor) -> torch.Tensor:
         pool = self.pinned.get((tuple(src.shape), src.stride(), src.dtype))
@@ -337,6 +420,10 @@ class Replayer:
         return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, pin_memory=True)
 
     def _sync(self) -> None:
+        wait(self.pending)   # every CPU copy ends, failed or not, before an error is raised
+        pending, self.pending = self.pending, []
+        for done in pending:
+            done.result()
         if self.cuda:
             for d in {x for x in self.dev.values() if x.type == "cuda"}:
                 torch.cuda.synchronize(d)
@@ -353,26 +440,47 @@ class Replayer:
                 raise ExecuteError(f"argument {k} is {got}; the schedule was made for {shape} {dtype}",
                                    field=f"input {k}", hint="capture and solve again for this input shape")
 
-    def _run(self, inputs: tuple, targets: tuple) -> torch.Tensor:
+    def _mark(self, d: str):
+        """A point in time on d's compute stream; the CPU's main thread is one stream for every CPU device."""
+        stream = self.streams.get(d)
+        if stream is None:
+            return "cpu", time.perf_counter()
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(stream)
+        return d, ev
+
+    def _run(self, inputs: tuple, targets: tuple, timed: bool) -> torch.Tensor:
         names = list(self.dev)
         self.env = {d: {} for d in names}
         self.stash = {d: {} for d in names}
         self.level = dict.fromkeys(names, 0)
         self.peak = dict.fromkeys(names, 0)
         self.readers = {}
+        self.pending = []
+        # timed: each compute gets the time its stream advanced since the previous one there, so the dispatch and
+        # bookkeeping before the op are charged to it (waits for inputs too: time schedules without copies)
+        marks = dict(self._mark(d) for d in names) if timed else {}
+        self.spans = []
         instructions = self.schedule.instructions
-        for k in self.order:
-            ins = instructions[k]
-            if isinstance(ins, Compute):
-                self._compute(k, ins.device, ins.node, inputs, targets)
-            elif isinstance(ins, Copy):
-                self._copy(ins.node, ins.src, ins.dst)
-            elif isinstance(ins, Free):
-                self._drop(ins.device, ins.node)
-            elif isinstance(ins, Sync):
-                self._sync()
-        self._sync()
-        loss = self._finish()
+        try:
+            for k in self.order:
+                ins = instructions[k]
+                if isinstance(ins, Compute):
+                    self._compute(k, ins.device, ins.node, inputs, targets)
+                    if timed:
+                        key, mark = self._mark(ins.device)
+                        self.spans.append((k, marks[key], mark))
+                        marks[key] = mark
+                elif isinstance(ins, Copy):
+                    self._copy(ins.node, ins.src, ins.dst)
+                elif isinstance(ins, Free):
+                    self._drop(ins.device, ins.node)
+                elif isinstance(ins, Sync):
+                    self._sync()
+            self._sync()
+            loss = self._finish()
+        finally:
+            wait(self.pending)   # no copy outlives the step, even one abandoned by an error
         for d in names:
             for v in list(self.env[d]):
                 while v in self.env[d]:
@@ -399,10 +507,11 @@ class Replayer:
         loss_owner = f_owner[self.step.loss]
         return self._value(self._where(loss_owner), self.fx[self.step.loss]).detach()
 
-    def run(self, inputs, targets=(), *, allocator: bool = False) -> StepStats:
+    def run(self, inputs, targets=(), *, allocator: bool = False, timed: bool = False) -> StepStats:
         """One training step; returns the loss and what was measured beside the prediction.
 
-        allocator=True also records the CPU allocator's peak through the profiler, which slows the step.
+        allocator=True also records the CPU allocator's peak through the profiler, which slows the step;
+        timed=True fills `op_times` (perf_counter on the CPU, CUDA events on a stream: no extra synchronization).
         """
         from ..capture.memory import cpu_allocation_peak
 
@@ -419,11 +528,12 @@ class Replayer:
             from ..capture.memory import _resident
 
             measured["cpu"] = _resident(self.model, inputs + targets) + \
-                cpu_allocation_peak(lambda: box.setdefault("loss", self._run(inputs, targets)))
+                cpu_allocation_peak(lambda: box.setdefault("loss", self._run(inputs, targets, timed)))
         else:
-            box["loss"] = self._run(inputs, targets)
+            box["loss"] = self._run(inputs, targets, timed)
         self._sync()
         wall = time.perf_counter() - t0
         for c in cuda_devs:
             measured[c] = int(torch.cuda.max_memory_allocated(c))
-        return StepStats(float(box["loss"]), wall, dict(self.peak), measured, self.predicted)
+        op_times = {k: b - a if isinstance(a, float) else a.elapsed_time(b) / 1e3 for k, a, b in self.spans}
+        return StepStats(float(box["loss"]), wall, dict(self.peak), measured, self.predicted, op_times)
