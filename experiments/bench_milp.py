@@ -1,13 +1,16 @@
 """Benchmark of the MILP scheduler (HiGHS, 2 cores).
 
-1. Checkmate's problem: one device, recompute only, on graphs of ~50-350
-   nodes at budgets from 90% of keep-everything's simulated peak down to the
-   smallest budget a baseline reaches (near the model's minimum): solve time,
-   proven gap, step time.
-2. The joint problem: 2 GPUs + host, swapping on, with a 120 s limit.
+1. Checkmate's problem: one device, recompute only, on real training graphs of
+   37-350 nodes (PyTorch models captured with optsched, roofline costs of the
+   H100 preset, so every run sees the same graph; and GNMT from
+   ../shared/data) at budgets from 90% of keep-everything's simulated peak down
+   in steps of 10% until the stage model is proven infeasible, then halfway
+   back (near the minimum feasible fraction): solve time, proven gap, step time.
+2. The joint problem: 2 GPUs + host, swapping on, with a 120 s limit, on the
+   ../shared/data graphs and captured ones.
 
 Writes experiments/results/milp_checkmate.csv and milp_joint.csv, each with
-the command that made it on its first line (as a comment).
+the command, machine and load average on its first line (as a comment).
 
     .venv/bin/python experiments/bench_milp.py [--time-limit 60] [--joint-time-limit 120] [--quick]
 """
@@ -17,32 +20,51 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import platform
 import sys
 import time
 
-from optsched import generate
 from optsched.cluster import Cluster, Device, single_accelerator
 from optsched.errors import InfeasibleError
-from optsched.graph import memory_lower_bound
+from optsched.formats.importers import import_graph
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, solve
 from optsched.solvers import baselines as B
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-GNMT = "/work/shared/data/msr-dnn-partitioning/gnmt_training.json"
+DATA = os.path.join(HERE, "..", "..", "shared", "data", "msr-dnn-partitioning")
+
+# (name, builder, keyword arguments): 37..328 nodes; batches large enough that activations, not parameters and
+# their gradients (which every schedule holds at the end), make most of the keep-everything peak
+CAPTURED = [("mlp", "mlp", {"batch": 1024}), ("mlp-8", "mlp", {"batch": 1024, "depth": 8}),
+            ("cnn", "cnn", {"batch": 64}), ("transformer", "transformer", {"batch": 32}),
+            ("bert", "bert", {"batch": 16}), ("gpt2", "gpt2", {"batch": 16}),
+            ("gpt2-3", "gpt2", {"batch": 16, "layers": 3})]
 
 
-def graphs(quick: bool):
-    out = [("random-15", generate.random_training_graph(15, 0))]
-    try:
-        from optsched.formats.importers import import_graph
-        if os.path.exists(GNMT):
-            out.append(("gnmt", import_graph(GNMT)))
-    except ImportError:
-        pass
-    if not quick:
-        out.append(("random-60", generate.random_training_graph(60, 0)))
-        out.append(("random-115", generate.random_training_graph(115, 0)))
+def captured(name: str, builder: str, kw: dict):
+    import torch
+
+    from optsched.capture import capture
+    from optsched.capture.models import BUILTIN
+
+    torch.manual_seed(0)
+    ex = BUILTIN[builder](**kw)
+    return capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex.get("targets"), name=name)
+
+
+def graphs(quick: bool, which: str):
+    out = []
+    for name, builder, kw in CAPTURED[:2] if quick else CAPTURED:
+        try:
+            out.append((name, captured(name, builder, kw)))
+        except ImportError as e:   # torch or transformers missing: the shipped graphs still run
+            print(f"skipping {name}: {e}", file=sys.stderr)
+    path = os.path.join(DATA, "gnmt_training.json")
+    if os.path.exists(path):
+        out.append(("gnmt", import_graph(path)))
+    if which:
+        out = [g for g in out if g[0] in which.split(",")]
     return out
 
 
@@ -90,7 +112,8 @@ def write(path, rows, cmd):
     for r in rows:
         keys += [k for k in r if k not in keys]
     with open(path, "w", newline="") as f:
-        f.write(f"# {cmd}\n")
+        f.write(f"# {cmd}; {platform.machine()} {os.cpu_count()} cores; "
+                f"load average at the end {os.getloadavg()[0]:.1f}\n")
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
@@ -101,35 +124,52 @@ def main(argv=None):
     ap.add_argument("--time-limit", type=float, default=60)
     ap.add_argument("--joint-time-limit", type=float, default=120)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--graphs", default="", help="comma-separated names to run (default: all)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip-joint", action="store_true")
     args = ap.parse_args(argv)
     cmd = "cd /work/main && .venv/bin/python experiments/bench_milp.py " + " ".join(sys.argv[1:])
-    gs = graphs(args.quick)
+    gs = graphs(args.quick, args.graphs)
     rows = []
     for name, g in gs:
         ke, peaks = baseline_peaks(g, one)
         kep = peaks["keep-everything"]
-        lb_frac = memory_lower_bound(g) / kep
-        fracs = sorted({max(f, round(lb_frac + 0.005, 3)) for f in (0.9, 0.6, 0.4)}, reverse=True)
-        for frac in fracs:
-            if frac > 1.0:
-                continue
-            opts = SolveOptions(time_limit=args.time_limit, gap=0.01, threads=args.threads, swap=False)
+        opts = SolveOptions(time_limit=args.time_limit, gap=0.01, threads=args.threads, swap=False)
+        feasible, frac = None, 0.9
+        while frac > 0.04:
             r = row(name, g, one(int(frac * kep)), frac, opts, ke.makespan, "checkmate")
             print(r, flush=True)
             rows.append(r)
-            if r["status"] == "infeasible":
+            if r["status"] in ("infeasible", "no_incumbent"):
                 break
+            feasible, frac = frac, round(frac - 0.1, 3)
+        for near in (0.95, 0.99) if feasible is None else ():   # feasible only close to keep-everything
+            r = row(name, g, one(int(near * kep)), near, opts, ke.makespan, "checkmate")
+            print(r, flush=True)
+            rows.append(r)
+            if r["status"] not in ("infeasible", "no_incumbent"):
+                break
+        if feasible is not None and frac > 0.04 and r["status"] == "infeasible":
+            mid = round((feasible + frac) / 2, 3)
+            r = row(name, g, one(int(mid * kep)), mid, opts, ke.makespan, "checkmate")
+            print(r, flush=True)
+            rows.append(r)
     write(os.path.join(HERE, "results", "milp_checkmate.csv"), rows, cmd)
+    if args.skip_joint:
+        return
     jrows = []
-    for name, g in [x for x in gs if x[0] in ("random-15", "random-60")]:
+    joint = [(n, g) for n, g in gs if n in ("transformer", "gpt2", "gnmt")]
+    path = os.path.join(DATA, "bert_l-3_training.json")
+    if os.path.exists(path) and not args.quick:
+        joint.append(("bert_l3", import_graph(path)))
+    for name, g in joint:
         ke, peaks = baseline_peaks(g, one)
-        frac = 0.9
-        cl = single_accelerator(int(frac * peaks["keep-everything"]), gpus=2)
-        opts = SolveOptions(time_limit=args.joint_time_limit, gap=0.01, threads=args.threads, swap=True)
-        r = row(name, g, cl, frac, opts, ke.makespan, "joint-2gpu+host")
-        print(r, flush=True)
-        jrows.append(r)
+        for frac in (0.9, 0.5):
+            cl = single_accelerator(int(frac * peaks["keep-everything"]), gpus=2)
+            opts = SolveOptions(time_limit=args.joint_time_limit, gap=0.01, threads=args.threads, swap=True)
+            r = row(name, g, cl, frac, opts, ke.makespan, "joint-2gpu+host")
+            print(r, flush=True)
+            jrows.append(r)
     write(os.path.join(HERE, "results", "milp_joint.csv"), jrows, cmd)
 
 

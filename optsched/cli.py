@@ -205,7 +205,8 @@ def cmd_solve(args) -> int:
     opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=args.gap, threads=args.threads,
                         device=args.device, devices=args.devices, swap=not args.no_swap,
                         recompute=not args.no_recompute, write_model=args.write_model,
-                        progress=_progress_printer(args.json or not sys.stderr.isatty()))
+                        progress=_progress_printer(args.json or not sys.stderr.isatty()),
+                        params={"coarsen": True} if args.coarsen else {})
     if args.devices is not None and args.devices < 1:
         raise OptschedError("--devices must be at least 1")
     if args.plot:
@@ -556,6 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-swap", action="store_true", help="never copy tensors to the host and back")
     p.add_argument("--no-recompute", action="store_true", help="never recompute an operation")
     p.add_argument("--write-model", help="MILP: also write the model as .mps or .lp")
+    p.add_argument("--coarsen", action="store_true",
+                   help="MILP: fold chains of cheap operations first (a smaller model, no bound for the full graph)")
     p.add_argument("--plot", help="write a figure of the schedule (streams over time, memory per device): "
                    ".png, .pdf, .svg")
     p.add_argument("--json", action="store_true")

@@ -40,3 +40,23 @@ def gpu_host(mem: int, bandwidth: float = 200.0, host_compute: bool = True) -> C
 def two_gpus(mem: int, bandwidth: float = 200.0) -> Cluster:
     devs = (Device("gpu0", "cuda", int(mem)), Device("gpu1", "cuda", int(mem)))
     return Cluster(devs, (Link("gpu0", "gpu1", bandwidth), Link("gpu1", "gpu0", bandwidth)))
+
+
+def blocks_graph(blocks: int, chain: int = 3) -> Graph:
+    """A training graph of `blocks` layers, each a chain of `chain` cheap pointwise ops whose last output the
+    backward reads: the intermediates have one reader each, so coarsening folds them."""
+    z = {"cuda": 0.0, "cpu": 0.0}
+    nodes = [Node("x", "data", "input", (), z, 400, recomputable=False)]
+    prev, saved = "x", []
+    for b in range(blocks):
+        for i in range(chain):
+            nodes.append(Node(f"f{b}_{i}", "op", "forward", (prev,), {"cuda": 1.0, "cpu": 3.0}, 400))
+            prev = f"f{b}_{i}"
+        saved.append(prev)
+    nodes.append(Node("loss", "loss", "loss", (prev,), {"cuda": 1.0, "cpu": 3.0}, 8, required=True))
+    grad = "loss"
+    for b in reversed(range(blocks)):
+        nodes.append(Node(f"g{b}", "op", "backward", (grad, saved[b]), {"cuda": 2.0, "cpu": 6.0}, 400,
+                          required=b == 0))
+        grad = f"g{b}"
+    return check_graph(Graph(tuple(nodes), name=f"blocks-{blocks}x{chain}"))

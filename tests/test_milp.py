@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from milp_graphs import gpu_host, one_gpu, small_dag
+from milp_graphs import blocks_graph, gpu_host, one_gpu, small_dag
 
 from optsched import generate
 from optsched.cluster import Cluster, Device, Link, single_accelerator
@@ -222,6 +222,26 @@ def test_recomputations_get_gap_stages_when_their_stage_would_overflow():
     assert s.report.extra["stages"] > len(g)
     r = simulate(g, cl, s)
     assert r.valid and r.makespan <= sim.makespan * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("solver", ["milp", "pulp"])
+def test_coarsened_milp_is_valid_and_reports_no_bound_for_the_full_graph(solver):
+    g = blocks_graph(4)
+    cl = one_gpu(int(0.9 * _ke_peak(g)))
+    s = solve(g, cl, solver, time_limit=30, swap=False, params={"coarsen": True})
+    r = simulate(g, cl, s)
+    assert r.valid and r.recomputed > 0 and s.report.objective == pytest.approx(r.makespan)
+    ex = s.report.extra
+    assert ex["fine_nodes"] == len(g) and ex["coarse_nodes"] < len(g)
+    assert s.report.bound is None and s.report.status != "optimal"
+    assert ex["coarse_bound"] is not None
+    for fn in BASELINES:   # never worse than a candidate on the full graph
+        try:
+            b = simulate(g, cl, fn(g, cl))
+        except Exception:
+            continue
+        if b.valid:
+            assert r.makespan <= b.makespan * (1 + 1e-9)
 
 
 def test_build_time_500_nodes():

@@ -52,7 +52,9 @@ Reductions and what they cost:
   the window K; required results are not recomputed after their window
   (they are kept once computed); a copy is usable only from the next stage.
 - `options.params`: {"window": K} overrides K; {"host_compute": False} keeps
-  the host to swap space only.
+  the host to swap space only; {"coarsen": True} solves the graph with its
+  cheap chains folded (`coarsen.py`) and expands the result: a smaller model,
+  a restriction (no bound for the full graph is reported).
 
 Warm start: every candidate (the baselines, the heuristic, m-ETF on several
 accelerators, or only `options.warm_start` when given) is staged over its own
@@ -310,6 +312,41 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
                                                     extra=extra), graph=graph.name)
 
 
+def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> Schedule:
+    """`solver` (the MILP through HiGHS or PuLP) on the graph with its cheap chains folded into super-nodes
+    (`coarsen.py`), the schedule expanded back to operations and checked by the simulator; the best candidate
+    on the full graph when it is faster. Folding restricts the schedules, so the coarse model's bound is no
+    bound here: it is reported as `extra["coarse_bound"]`, the status is at best "feasible"."""
+    from .coarsen import coarsen, expand
+
+    t0 = time.perf_counter()
+    base = [b for b in _candidates(graph, cluster, options) if b[2].valid]
+    coarse, mapping = coarsen(graph)
+    inner = replace(options, warm_start=None, time_limit=max(options.time_limit - (time.perf_counter() - t0), 0.0),
+                    params={k: v for k, v in options.params.items() if k != "coarsen"})
+    cs = solver(coarse, cluster, inner)
+    sched = expand(cs, mapping, graph)
+    res = simulate(graph, cluster, sched)
+    if not res.valid:
+        raise MilpBug(f"expanded coarse schedule rejected by the simulator: {describe(res.violation)}")
+    rep = cs.report
+    extra = {**dict(rep.extra), "coarse_nodes": len(coarse), "fine_nodes": len(graph), "coarse_status": rep.status,
+             "coarse_bound": rep.bound, "coarse_gap": rep.gap, "makespan": res.makespan}
+    notes = [f"solved on {len(coarse)} of {len(graph)} nodes (chains folded)"]
+    if options.warm_start is not None:
+        notes.append("the warm start was not used (it schedules the full graph)")
+    best = min(base, key=lambda b: b[2].makespan, default=None)
+    if best is not None and best[2].makespan < res.makespan * (1 - 1e-12):
+        name, sched, res = best
+        extra.update(fallback=name, makespan=res.makespan)
+        notes.append(f"the expanded schedule was slower than {name}; returning {name}")
+    status = "feasible" if rep.status == "optimal" else rep.status
+    return Schedule(sched.instructions, SolveReport(rep.solver, status, objective=res.makespan, bound=None,
+                                                    gap=None, solve_time=time.perf_counter() - t0,
+                                                    message="; ".join(notes + [rep.message] if rep.message else notes),
+                                                    extra=extra), graph=graph.name)
+
+
 def _outside_model(status: str, bound, makespan: float, extra: dict):
     """A fallback schedule comes from outside the stage model (its own order, no stage barriers), so the model's
     dual bound does not bound it and the model's optimality says nothing about it: a bound above the returned
@@ -371,6 +408,8 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     a second Ctrl-C while it winds down aborts."""
     import highspy
 
+    if options.params.get("coarsen"):
+        return coarsened(graph, cluster, options, milp)
     t_start = time.perf_counter()
     spec, model, x0, warm_msg, base, build_time, notes = prepare(graph, cluster, options)
     if options.write_model:
@@ -469,6 +508,8 @@ def pulp_solver(name: str = "PULP_CBC_CMD"):
     """The `solver(graph, cluster, options)` that solves the same model through PuLP."""
 
     def solve(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
+        if options.params.get("coarsen"):
+            return coarsened(graph, cluster, options, solve)
         return _pulp(graph, cluster, options, name)
 
     solve.__name__ = f"pulp_{name}"
