@@ -2,12 +2,12 @@
 
 Input: a device per node (`place`), a global program order of first
 computations (topological), and estimated start times. Sources (inputs and
-parameters: no inputs of their own) are materialised just before their first
-reader and on its device, not where the order and placement put them, since
-holding them earlier only takes memory and making them elsewhere costs a
-copy. The planner walks the order and emits computes, cross-device copies
-(routed through the host when two devices share no link) and frees after the
-last use. When a device would overflow it evicts tensors:
+parameters: no inputs of their own) are made just before their first reader,
+not where the order lists them, since holding them earlier only takes memory
+(the placements put them on that reader's device). The planner walks the
+order and emits computes, cross-device copies (routed through the host when
+two devices share no link) and frees after the last use. When a device would
+overflow it evicts tensors:
 
 - policy "capuchin" (Capuchin / SwapAdvisor): swap to host when the transfer
   hides behind the computation until the next use, else drop for
@@ -47,6 +47,7 @@ from ..errors import InfeasibleError
 from ..graph import KINDS, Graph
 from ..schedule import Compute, Copy, Free, Instruction, Sync
 from ..units import format_size
+from .partition import first_readers
 
 _BACKWARD = (KINDS.index("backward"), KINDS.index("optimizer"), KINDS.index("loss"))
 _SAMPLE = 24   # eviction candidates examined per eviction when many are resident
@@ -65,31 +66,16 @@ def find_host(cluster: Cluster, accel: list[int]) -> int | None:
     return best if best_links > 0 else None
 
 
-def materialize_sources(graph: Graph, cluster: Cluster, place, order) -> tuple[np.ndarray, np.ndarray]:
-    """(place, order) with each source (a node without inputs: an input or a
-    parameter) moved to just before its first reader and onto that reader's
-    device where it can run: nothing waits for a source, so it only needs to
-    exist from then on, and made there it needs no copy."""
-    a = graph.arrays
-    place = np.array(place, dtype=np.int64)
+def defer_sources(graph: Graph, order) -> np.ndarray:
+    """`order` with each source moved to just before its first reader: it
+    holds memory only from then on."""
     order = np.asarray(order, dtype=np.int64)
-    n = len(order)
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[order] = np.arange(len(order))
     key = pos.astype(np.float64)
-    has_out = np.diff(a.out_ptr) > 0
-    src = has_out & (np.diff(a.in_ptr) == 0)
-    if src.any():
-        first = np.minimum.reduceat(pos[a.out_idx], a.out_ptr[:-1][has_out])[src[has_out]]
-        s = np.flatnonzero(src)
-        key[s] = first - 0.5
-        to = place[order[first]]
-        for d, dev in enumerate(cluster.devices):
-            c = a.cost.get(dev.kind)
-            if c is not None:
-                m = (to == d) & ~np.isnan(c[s])
-                place[s[m]] = d
-    return place, order[np.argsort(key[order], kind="stable")]
+    src, reader = first_readers(graph, pos)
+    key[src] = pos[reader] - 0.5
+    return order[np.argsort(key[order], kind="stable")]
 
 
 def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str = "capuchin", swap: bool = True,
@@ -106,8 +92,8 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
     names = [d.name for d in devs]
     if len(order) != n:
         raise ValueError("order must list every node once")
-    place, order = materialize_sources(graph, cluster, place, order)
-    place, order = place.tolist(), order.tolist()
+    place = [int(x) for x in place]
+    order = defer_sources(graph, order).tolist()
     pos = [0] * n
     for i, v in enumerate(order):
         pos[v] = i

@@ -12,7 +12,9 @@ ParDNN (after Koc University's ParDNN, 2020):
 3. secondary clusters: linear chains grown from the remaining nodes in tl
    order, each mapped to the device that minimises (delay from the load
    already there in the chain's time span) - (communication saved);
-4. memory pass: list-schedule, build each device's memory over time
+4. sources (inputs, parameters) go to the device of their first reader (by
+   tl), where the memory planner makes them when that reader runs;
+5. memory pass: list-schedule, build each device's memory over time
    (everything kept until its last reader), and while a device overflows move
    the nodes live at its peak with the best (communication added)/(memory
    freed) ratio to the device with the lowest peak.
@@ -41,6 +43,23 @@ def placement_devices(graph: Graph, cluster: Cluster, max_devices: int | None = 
     if max_devices is not None:
         acc = acc[:max(1, int(max_devices))]
     return acc
+
+
+def first_readers(graph: Graph, key) -> tuple[np.ndarray, np.ndarray]:
+    """The sources that something reads (nodes without inputs: inputs,
+    parameters), ascending, and for each its reader with the smallest `key`.
+    A source costs nothing and waits for nothing, so it is best made where and
+    when that reader runs."""
+    a = graph.arrays
+    n = len(a.ids)
+    src = (np.diff(a.out_ptr) > 0) & (np.diff(a.in_ptr) == 0)
+    owner = np.repeat(np.arange(n), np.diff(a.out_ptr))
+    sel = src[owner]
+    o, c = owner[sel], a.out_idx[sel]
+    k = np.lexsort((np.asarray(key)[c], o))
+    o, c = o[k], c[k]
+    first = np.flatnonzero(np.r_[True, o[1:] != o[:-1]]) if o.size else o
+    return o[first], c[first]
 
 
 def comm_model(cluster: Cluster, devs: list[int]) -> tuple[float, float]:
@@ -185,6 +204,9 @@ def memory_profile(graph: Graph, place, start, end, nd: int):
     a = graph.arrays
     n = len(a.ids)
     place = np.asarray(place, dtype=np.int64)
+    src, reader = first_readers(graph, start)
+    start, end = start.copy(), end.copy()
+    start[src] = end[src] = start[reader]    # the planner makes a source just before its first reader
     owner = np.repeat(np.arange(n), np.diff(a.out_ptr))
     cons = a.out_idx
     horizon = float(end.max()) if n else 0.0
@@ -355,6 +377,12 @@ def pardnn(graph: Graph, cluster: Cluster, devs: list[int] | None = None, *, mem
             load[best_d][min(buckets, int(tll[v] * scale))] += wl[v]
 
     place_a = np.array(place, dtype=np.int64)
+    rank = np.empty(n, dtype=np.int64)
+    rank[a.topo] = np.arange(n)
+    src, reader = first_readers(graph, np.lexsort((rank, tl)).argsort())
+    to = place_a[reader]
+    ok = runnable[to, src]
+    place_a[src[ok]] = to[ok]           # before the memory pass, which may still move them for room
     place_a = memory_pass(graph, cluster, place_a, devs, comm, tl, rounds=memory_rounds)
     order, start, _ = list_schedule(graph, cluster, place_a, comm=comm, priority=tl)
     return place_a, order, start
@@ -434,7 +462,9 @@ def metf(graph: Graph, cluster: Cluster, devs: list[int] | None = None):
     """Baechi's m-ETF: repeatedly schedule the ready (op, device) pair with the
     earliest start among devices where the op's output still fits (memory =
     outputs kept until their last reader is placed); if none fits, the
-    device with the most room. Returns (place, order, start)."""
+    device with the most room. Sources (inputs, parameters) are placed with
+    their first reader, as Baechi co-places a variable with its readers.
+    Returns (place, order, start)."""
     a = graph.arrays
     n = len(a.ids)
     nd = len(cluster.devices)
@@ -447,13 +477,18 @@ def metf(graph: Graph, cluster: Cluster, devs: list[int] | None = None):
     out_ptr, out_idx = a.out_ptr.tolist(), a.out_idx.tolist()
     nbytes = a.bytes.tolist()
     required = a.required.tolist()
-    indeg = np.diff(a.in_ptr).tolist()
+    source = np.diff(a.in_ptr) == 0
+    owner = np.repeat(np.arange(n), np.diff(a.in_ptr))
+    # sources that something reads are placed with their first reader, so they do not count as its inputs
+    indeg = (np.diff(a.in_ptr) - np.bincount(owner, weights=source[a.in_idx], minlength=n)).astype(int).tolist()
     left = np.diff(a.out_ptr).tolist()      # consumers not yet placed
+    waits = (source & (np.diff(a.out_ptr) > 0)).tolist()
     place = [-1] * n
     end = [0.0] * n
     start = [0.0] * n
     free = [0.0] * nd
     mem = [0] * nd
+    seq: list[int] = []
     devs_all: dict[int, list[int]] = {}   # filled lazily
 
     def options(v):
@@ -465,11 +500,19 @@ def metf(graph: Graph, cluster: Cluster, devs: list[int] | None = None):
             devs_all[v] = ds
         return ds
 
+    def source_device(u, d):
+        """Where a source read first by a node on d is made: d if it can run there."""
+        return d if runnable[d, u] else options(u)[0]
+
     def best(v):
         ready_in = []
+        srcs = []
         for j in range(in_ptr[v], in_ptr[v + 1]):
             u = in_idx[j]
-            ready_in.append((end[u], comm[u], place[u]))
+            if place[u] >= 0:
+                ready_in.append((end[u], comm[u], place[u]))
+            else:
+                srcs.append(u)
         cand = None
         fallback = None
         for d in options(v):
@@ -478,8 +521,17 @@ def metf(graph: Graph, cluster: Cluster, devs: list[int] | None = None):
                 r = e + (c if p != d else 0.0)
                 if r > s:
                     s = r
+            need = nbytes[v]
+            for u in srcs:
+                e = source_device(u, d)
+                r = free[e] + costs[e][u] / speed[e] + (comm[u] if e != d else 0.0)
+                if e == d:
+                    need += nbytes[u]
+                    r = s + costs[d][u] / speed[d]
+                if r > s:
+                    s = r
             key = (s, d)
-            room = budget[d] - mem[d] - nbytes[v]
+            room = budget[d] - mem[d] - need
             if room >= 0 and (cand is None or key < cand):
                 cand = key
             if fallback is None or room > fallback[0]:
@@ -488,12 +540,19 @@ def metf(graph: Graph, cluster: Cluster, devs: list[int] | None = None):
             cand = (fallback[1], fallback[2])
         return cand
 
+    def put(v, d, s):
+        place[v] = d
+        start[v] = s
+        end[v] = free[d] = s + costs[d][v] / speed[d]
+        seq.append(v)
+        if left[v] > 0 or required[v]:
+            mem[d] += nbytes[v]
+
     heap = []
     for v in range(n):
-        if indeg[v] == 0:
+        if indeg[v] == 0 and not waits[v]:
             s, d = best(v)
             heapq.heappush(heap, (s, v, d))
-    seq = []
     while heap:
         s, v, d = heapq.heappop(heap)
         s2, d2 = best(v)
@@ -501,15 +560,12 @@ def metf(graph: Graph, cluster: Cluster, devs: list[int] | None = None):
             heapq.heappush(heap, (s2, v, d2))
             continue
         s, d = s2, d2
-        place[v] = d
-        start[v] = s
-        c = costs[d][v] / speed[d]
-        end[v] = s + c
-        free[d] = s + c
-        mem[d] += nbytes[v]
-        seq.append(v)
-        if left[v] == 0 and not required[v]:
-            mem[d] -= nbytes[v]
+        for j in range(in_ptr[v], in_ptr[v + 1]):
+            u = in_idx[j]
+            if place[u] < 0:
+                e = source_device(u, d)
+                put(u, e, free[e])
+        put(v, d, max(s, free[d]))
         for j in range(in_ptr[v], in_ptr[v + 1]):
             u = in_idx[j]
             left[u] -= 1
