@@ -70,6 +70,21 @@ def test_metf_uses_both_devices_for_independent_branches():
     assert place[a.index["a3"]] != place[a.index["b3"]]
 
 
+def test_sources_go_with_their_first_reader():
+    """An input is made on the device of the node that reads it (no copy), by
+    both placements; m-ETF used to put every source it met before the first
+    computation on the first device (here both, listed first)."""
+    nodes = two_branches().nodes
+    g = check_graph(Graph(tuple(sorted(nodes, key=lambda nd: bool(nd.inputs))), name="two-branches"))
+    cl = single_accelerator(10**9, gpus=2)
+    a = g.arrays
+    for place_fn in (pardnn, metf):
+        place, order, start = place_fn(g, cl)
+        assert place[a.index["a0"]] != place[a.index["b0"]]
+        for b in "ab":
+            assert place[a.index[f"{b}x"]] == place[a.index[f"{b}0"]], place_fn.__name__
+
+
 def test_levels_on_a_chain():
     g = two_branches(k=3)
     cl = single_accelerator(10**9, gpus=2)
