@@ -17,17 +17,22 @@ level at the start while the step runs (`capture.memory.cpu_allocation_peak`), `
 `eager_peak`, and for a replay `StepStats.allocator_peak["cpu"]`. The graph counts the same storages (parameters,
 inputs, activations, gradients), so a budget of B bytes on "gpu0" bounds the replay's ledger `StepStats.peak["gpu0"]`
 by B. The ledger is not the whole process here: on a CPU the "host" is the same RAM, so a tensor swapped to it is
-still counted by the allocator (allocator peak = gpu0 ledger + host copies + op scratch). So the CSV has both:
-`peak_bytes` (allocator, the whole step) and `device_peak_bytes` (what the budgeted device holds: the allocator
-for PyTorch, the gpu0 ledger for optsched). `milp/recompute-only` never swaps, so its two agree and it is the
-like-for-like counterpart of the knapsack; `milp` and `heuristic` may also swap, which on a GPU machine would put
-those bytes in host RAM. Only the accelerator computes (the graph's costs name `cuda` alone), since both devices
-are the same cores here; op costs are profiled on this CPU and the link is this CPU's copy bandwidth.
+still counted by the allocator (allocator peak = gpu0 ledger + host copies + scratch inside ops, which the graph
+does not model). So the CSV has `peak_bytes` (the allocator: the whole step), `ledger_gpu0_bytes` and
+`device_peak_bytes`, the budgeted device's measured peak that the figure plots: the allocator's for PyTorch and for
+a schedule that swaps nothing (all on one memory, as PyTorch), the gpu0 ledger for one that swaps (on a GPU machine
+its host copies would be in host RAM; the ledger omits op scratch). `milp/recompute-only` never swaps: it is the
+like-for-like counterpart of the knapsack. Only the accelerator computes (the graph's costs name `cuda` alone),
+since both devices are the same cores here; op costs are profiled on this CPU and the link is this CPU's copy
+bandwidth.
 
-Step time: median of --steps steps after warm-up, one thread on both sides. Compiled code fuses ops and an
-op-by-op replay pays Python per op, so absolute times favour PyTorch; the fair figure is each side's overhead over
-its own keep-everything run (torch.compile at budget 1.0; the replayed keep-everything schedule). Both are in the
-CSV, with loss and gradient error against eager.
+Step time, one thread on both sides: every step of a model (eager, each compiled budget, each schedule) is built
+first and then all are timed in turns, one step of each per round for --steps rounds after a warm-up round, so
+load from other processes falls on all of them alike. `step_s` is the median. Compiled code fuses ops and an
+op-by-op replay pays Python per op, so absolute times favour PyTorch; the fair figure is each side's `overhead`
+over its own keep-everything run (torch.compile at budget 1.0; the replayed keep-everything schedule): the median
+over rounds of the step's time against that baseline's time in the same round, minus 1 (`time_vs_eager` likewise
+against eager). The CSV also has every step time, and loss and gradient error against eager.
 
     .venv/bin/python experiments/against_pytorch.py          # writes experiments/results/against_pytorch_cpu.csv, .png
     .venv/bin/python experiments/against_pytorch.py --quick  # mlp only, small, into the temp directory
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import math
 import os
 import platform
@@ -44,9 +50,11 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 from dataclasses import replace
 
 import torch
+import torch._dynamo
 
 from optsched.capture import capture_step, measure_cpu
 from optsched.capture.memory import _resident, cpu_allocation_levels, cpu_allocation_peak
@@ -106,14 +114,17 @@ def _errors(loss: float, grads, ref: dict) -> tuple[float, float]:
 
 
 def eager_step(model, inputs: tuple, targets: tuple, loss_fn, steps: int = 5) -> dict:
-    """Plain `loss.backward()`: loss, gradients, peak and median step time (the reference for both sides)."""
+    """Plain `loss.backward()`: loss, gradients, peak, median step time and the step as `run` (the reference for
+    both sides)."""
     wl = _WithLoss(model, loss_fn, len(inputs))
     model.zero_grad(set_to_none=True)
     loss = wl(*inputs, *targets)[0]
     loss.backward()
     ref = {"loss": float(loss.detach()), "grads": _grads(model)}
-    peak, step_s, _ = _measure(lambda: wl(*inputs, *targets)[0].backward(), model, inputs + targets, steps)
-    return {**ref, "peak": peak, "step_s": step_s, "held": _held_after_forward(lambda: wl(*inputs, *targets)[0], model)}
+    run = lambda: wl(*inputs, *targets)[0].backward()
+    peak, step_s, times = _measure(run, model, inputs + targets, steps)
+    held = _held_after_forward(lambda: wl(*inputs, *targets)[0], model)
+    return {**ref, "peak": peak, "step_s": step_s, "times": times, "held": held, "run": run}
 
 
 def _held_after_forward(forward, model) -> int:
@@ -146,30 +157,35 @@ def compiled_step(model, inputs: tuple, targets: tuple, loss_fn, budget: float, 
 
 
 def _compiled_with(backend: str, model, inputs, targets, loss_fn, budget, steps, ref) -> dict:
-    import torch._dynamo
     import torch._functorch.config as fconfig
 
     wl = _WithLoss(model, loss_fn, len(inputs))
-    torch._dynamo.reset()
-    try:
-        # the partitioner reads the budget when the first call compiles the joint graph
-        with fconfig.patch(activation_memory_budget=budget):
-            fn = torch.compile(lambda *a: wl(*a)[0], backend=backend, fullgraph=True)
-            model.zero_grad(set_to_none=True)
-            t = time.perf_counter()
-            loss = fn(*inputs, *targets)
-            loss.backward()
-            out = {"budget": budget, "backend": backend, "compile_s": time.perf_counter() - t,
-                   "loss": float(loss.detach()), "grads": _grads(model)}
-            if ref is not None:
-                out["loss_err"], out["grad_err"] = _errors(out["loss"], out["grads"], ref)
-            out["peak"], out["step_s"], out["times"] = _measure(lambda: fn(*inputs, *targets).backward(), model,
-                                                                inputs + targets, steps)
-            out["held"] = _held_after_forward(lambda: fn(*inputs, *targets), model)
-        return out
-    finally:
+    # the partitioner reads the budget when the first call compiles the joint graph
+    with fconfig.patch(activation_memory_budget=budget):
+        fn = torch.compile(_fresh(lambda *a: wl(*a)[0]), backend=backend, fullgraph=True)
         model.zero_grad(set_to_none=True)
-        torch._dynamo.reset()
+        t = time.perf_counter()
+        loss = fn(*inputs, *targets)
+        loss.backward()
+        out = {"budget": budget, "backend": backend, "compile_s": time.perf_counter() - t,
+               "loss": float(loss.detach()), "grads": _grads(model)}
+    if ref is not None:
+        out["loss_err"], out["grad_err"] = _errors(out["loss"], out["grads"], ref)
+    out["run"] = lambda: fn(*inputs, *targets).backward()
+    out["peak"], out["step_s"], out["times"] = _measure(out["run"], model, inputs + targets, steps)
+    out["held"] = _held_after_forward(lambda: fn(*inputs, *targets), model)
+    return out
+
+
+_FRESH = itertools.count()
+
+
+def _fresh(fn):
+    """`fn` with a code object of its own. Dynamo keeps compiled code per code object, and its guards do not
+    include the functorch config: a step compiled under one budget stays callable beside the others (no
+    `torch._dynamo.reset()`), so all of them can be timed in turns."""
+    code = fn.__code__.replace(co_name=f"step_{next(_FRESH)}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
 def accelerator_only(graph: Graph) -> Graph:
@@ -199,12 +215,13 @@ def optsched_step(model, step, graph: Graph, inputs: tuple, targets: tuple, budg
     first = replay.run(inputs, targets)
     status = schedule.report.status if schedule.report else "ok"
     out = {"solver": solver, "budget_bytes": int(budget), "status": status, "solve_s": solve_s,
+           "message": schedule.report.message if schedule.report else "",
            "loss": first.loss, "device_peak": first.peak["gpu0"], "predicted_peak": pred.peak["gpu0"],
            "predicted_step_s": pred.makespan, "recomputed": pred.recomputed, "swap_out_bytes": pred.swap_out_bytes}
     if ref is not None:
         out["loss_err"], out["grad_err"] = _errors(first.loss, _grads(model), ref)
-    out["peak"], out["step_s"], out["times"] = _measure(lambda: replay.run(inputs, targets), model,
-                                                        inputs + targets, steps)
+    out["run"] = lambda: replay.run(inputs, targets)
+    out["peak"], out["step_s"], out["times"] = _measure(out["run"], model, inputs + targets, steps)
     return out
 
 
@@ -223,63 +240,92 @@ def _device_line(argv: list[str], start_load: tuple[float, ...]) -> str:
 
 
 COLUMNS = ["model", "side", "method", "backend", "activation_memory_budget", "target", "status", "budget_bytes",
-           "peak_bytes", "device_peak_bytes", "predicted_peak_bytes", "peak_fraction_of_eager",
-           "held_after_forward_bytes", "step_s", "baseline_step_s", "overhead", "time_vs_eager", "predicted_step_s",
+           "peak_bytes", "device_peak_bytes", "ledger_gpu0_bytes", "predicted_peak_bytes", "peak_fraction_of_eager",
+           "held_after_forward_bytes", "step_s", "step_min_s", "overhead", "time_vs_eager", "predicted_step_s",
            "recomputed", "swap_out_bytes", "loss_err", "grad_err", "compile_s", "solve_s", "step_times_s", "message"]
 
 
+def interleaved_times(runs: dict, model, rounds: int, warmup: int = 1) -> dict[object, list[float]]:
+    """Step times taken in turns, one step of every run per round, so load from other processes falls on all runs
+    alike; each run's times in round order. `.grad` is None before every step."""
+    times: dict[object, list[float]] = {k: [] for k in runs}
+    for r in range(warmup + rounds):
+        for k, run in runs.items():
+            model.zero_grad(set_to_none=True)
+            t = time.perf_counter()
+            run()
+            if r >= warmup:
+                times[k].append(time.perf_counter() - t)
+    model.zero_grad(set_to_none=True)
+    return times
+
+
+def _ratio(times: list[float], base: list[float]) -> float:
+    """Median over rounds of the time against the baseline's time in the same round."""
+    return statistics.median(t / b for t, b in zip(times, base, strict=True))
+
+
 def run_model(name: str, args) -> list[dict]:
-    """Every row of one model: eager, torch.compile at each budget, optsched at each matched peak."""
+    """Every row of one model: eager, torch.compile at each budget, optsched at each matched peak; then all their
+    steps timed in turns."""
     ex = example(name, args.quick)
     model, inputs, targets, loss_fn = ex["model"], tuple(ex["inputs"]), tuple(ex["targets"]), ex["loss_fn"]
-    eager = eager_step(model, inputs, targets, loss_fn, args.steps)
+    eager = eager_step(model, inputs, targets, loss_fn, steps=1)
     base = {"model": name}
     rows = [{**base, "side": "eager", "method": "loss.backward()", "status": "ok", "peak_bytes": eager["peak"],
-             "device_peak_bytes": eager["peak"], "held_after_forward_bytes": eager["held"], "step_s": eager["step_s"]}]
-    print(f"{name}: eager peak {eager['peak'] / 1e6:.2f} MB, step {eager['step_s'] * 1e3:.1f} ms", file=sys.stderr)
+             "device_peak_bytes": eager["peak"], "held_after_forward_bytes": eager["held"]}]
+    runs = {0: eager["run"]}
+    print(f"{name}: eager peak {eager['peak'] / 1e6:.2f} MB", file=sys.stderr)
     compiled = []
     for b in args.budgets:
-        c = compiled_step(model, inputs, targets, loss_fn, b, backend=args.backend, steps=args.steps, ref=eager)
+        c = compiled_step(model, inputs, targets, loss_fn, b, backend=args.backend, steps=1, ref=eager)
         compiled.append(c)
+        runs[len(rows)] = c["run"]
         rows.append({**base, "side": "pytorch", "method": "torch.compile+activation_memory_budget",
                      "backend": c["backend"], "activation_memory_budget": b, "status": "ok", "peak_bytes": c["peak"],
-                     "device_peak_bytes": c["peak"], "held_after_forward_bytes": c["held"], "step_s": c["step_s"],
-                     "loss_err": c["loss_err"],
-                     "grad_err": c["grad_err"], "compile_s": c["compile_s"], "step_times_s": c["times"],
+                     "device_peak_bytes": c["peak"], "held_after_forward_bytes": c["held"],
+                     "loss_err": c["loss_err"], "grad_err": c["grad_err"], "compile_s": c["compile_s"],
                      "message": c["compile_error"]})
         print(f"  torch.compile[{c['backend']}] budget {b:.2f}: peak {c['peak'] / 1e6:.2f} MB (held after forward "
-              f"{c['held'] / 1e6:.2f} MB), "
-              f"step {c['step_s'] * 1e3:.1f} ms, grad err {c['grad_err']:.1e}", file=sys.stderr)
-    torch_base = next((c["step_s"] for c in compiled if c["budget"] == 1.0), None)
+              f"{c['held'] / 1e6:.2f} MB), grad err {c['grad_err']:.1e}", file=sys.stderr)
 
     step, graph = capture_step(model, inputs, loss_fn, targets=targets, profile=True)
     graph = accelerator_only(graph)
     bw = measure_cpu().bandwidth
-    keep = optsched_step(model, step, graph, inputs, targets, 2**40, "keep-everything", bandwidth=bw,
-                         steps=args.steps, ref=eager)
+    keep = optsched_step(model, step, graph, inputs, targets, 2**40, "keep-everything", bandwidth=bw, steps=1,
+                         ref=eager)
+    runs[len(rows)] = keep["run"]
     rows.append({**base, "side": "optsched", "method": "keep-everything", "target": "unbounded", **_opt_row(keep)})
-    targets_ = {}  # budget bytes -> what it matches
+    goals = {}  # budget bytes -> what it matches
     for c in compiled:
-        targets_.setdefault(c["peak"], f"torch.compile@{c['budget']:g}")
+        goals.setdefault(c["peak"], f"torch.compile@{c['budget']:g}")
     for frac in args.fractions:
-        targets_.setdefault(int(frac * eager["peak"]), f"{frac:.0%} of eager")
-    for budget, label in sorted(targets_.items(), reverse=True):
+        goals.setdefault(int(frac * eager["peak"]), f"{frac:.0%} of eager")
+    for budget, label in sorted(goals.items(), reverse=True):
         amb = next((c["budget"] for c in compiled if c["peak"] == budget), "")
         for solver in args.solvers:
             r = optsched_step(model, step, graph, inputs, targets, budget, solver, bandwidth=bw,
-                              time_limit=args.time_limit, steps=args.steps, ref=eager)
+                              time_limit=args.time_limit, steps=1, ref=eager)
+            if "run" in r:
+                runs[len(rows)] = r["run"]
             rows.append({**base, "side": "optsched", "method": solver, "activation_memory_budget": amb,
                          "target": label, **_opt_row(r)})
-            msg = (f"peak {r['peak'] / 1e6:.2f} MB (gpu0 {r['device_peak'] / 1e6:.2f}), step {r['step_s'] * 1e3:.1f}"
-                   f" ms" if r["status"] != "infeasible" else "infeasible")
+            msg = (f"peak {r['peak'] / 1e6:.2f} MB (gpu0 {r['device_peak'] / 1e6:.2f}), solved in {r['solve_s']:.1f}"
+                   f" s, {r['status']}" if r["status"] != "infeasible" else "infeasible")
             print(f"  optsched {solver} at {budget / 1e6:.2f} MB ({label}): {msg}", file=sys.stderr)
-    for r in rows:
+
+    print(f"  timing {len(runs)} steps in {args.steps} rounds", file=sys.stderr)
+    times = interleaved_times(runs, model, args.steps)
+    own = {"eager": 0, "pytorch": next(k for k, r in enumerate(rows) if r.get("activation_memory_budget") == 1.0),
+           "optsched": next(k for k, r in enumerate(rows) if r["method"] == "keep-everything")}
+    for k, r in enumerate(rows):
         r["peak_fraction_of_eager"] = r["device_peak_bytes"] / eager["peak"] if "device_peak_bytes" in r else ""
-        own = torch_base if r["side"] == "pytorch" else keep["step_s"] if r["side"] == "optsched" else eager["step_s"]
-        if "step_s" in r and own:
-            r["baseline_step_s"] = own
-            r["overhead"] = r["step_s"] / own - 1
-            r["time_vs_eager"] = r["step_s"] / eager["step_s"]
+        if k in times:
+            r["step_times_s"] = times[k]
+            r["step_s"], r["step_min_s"] = statistics.median(times[k]), min(times[k])
+            r["overhead"] = _ratio(times[k], times[own[r["side"]]]) - 1
+            r["time_vs_eager"] = _ratio(times[k], times[0])
+    torch._dynamo.reset()  # the compiled steps of this model are done with
     return rows
 
 
@@ -287,10 +333,11 @@ def _opt_row(r: dict) -> dict:
     if r["status"] == "infeasible":
         return {"budget_bytes": r["budget_bytes"], "status": "infeasible", "message": r["message"]}
     return {"budget_bytes": r["budget_bytes"] if r["budget_bytes"] < 2**40 else "", "status": r["status"],
-            "peak_bytes": r["peak"], "device_peak_bytes": r["device_peak"], "predicted_peak_bytes": r["predicted_peak"],
-            "step_s": r["step_s"], "predicted_step_s": r["predicted_step_s"], "recomputed": r["recomputed"],
+            "peak_bytes": r["peak"], "device_peak_bytes": r["peak"] if r["swap_out_bytes"] == 0 else r["device_peak"],
+            "ledger_gpu0_bytes": r["device_peak"], "predicted_peak_bytes": r["predicted_peak"],
+            "predicted_step_s": r["predicted_step_s"], "recomputed": r["recomputed"],
             "swap_out_bytes": r["swap_out_bytes"], "loss_err": r["loss_err"], "grad_err": r["grad_err"],
-            "solve_s": r["solve_s"], "step_times_s": r["times"]}
+            "solve_s": r["solve_s"], "message": r["message"]}
 
 
 def write_csv(rows: list[dict], path: str, first_line: str) -> None:
@@ -306,34 +353,61 @@ def write_csv(rows: list[dict], path: str, first_line: str) -> None:
             w.writerow(r)
 
 
+def read_csv(path: str) -> tuple[str, list[dict]]:
+    """The first (comment) line and the rows of a CSV this script wrote, numbers as numbers."""
+    with open(path, newline="") as f:
+        first = f.readline().rstrip("\n")
+        rows = []
+        for r in csv.DictReader(f):
+            for k, v in r.items():
+                try:
+                    r[k] = float(v) if k != "step_times_s" else [float(x) for x in v.split()]
+                except ValueError:
+                    pass
+            rows.append(r)
+    return first, rows
+
+
 def plot(rows: list[dict], path: str, title: str) -> None:
     """Per model: step-time overhead (%) against measured peak memory (MB), one line per method."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     models = list(dict.fromkeys(r["model"] for r in rows))
-    fig, axes = plt.subplots(1, len(models), figsize=(4.6 * len(models), 4.2), squeeze=False)
+    ncol = min(len(models), 2)
+    nrow = math.ceil(len(models) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.4 * ncol, 4.2 * nrow + 0.6), squeeze=False)
     styles = {"torch.compile+activation_memory_budget": ("C0", "o", "-"), "milp": ("C1", "s", "-"),
               "milp/recompute-only": ("C2", "^", "--"), "heuristic": ("C3", "D", ":")}
-    for ax, model in zip(axes[0], models, strict=True):
-        mine = [r for r in rows if r["model"] == model and r["status"] != "infeasible"]
+    for ax, model in zip(axes.flat, models, strict=False):
+        mine = [r for r in rows if r["model"] == model and r["status"] != "infeasible" and r.get("overhead") != ""]
         eager = next(r for r in mine if r["side"] == "eager")
         for method, (color, marker, ls) in styles.items():
-            pts = sorted((r["device_peak_bytes"] / 1e6, 100 * r["overhead"]) for r in mine if r["method"] == method)
-            if pts:
-                label = "torch.compile + activation_memory_budget" if method.startswith("torch") else \
-                    f"optsched {method}"
-                ax.plot(*zip(*pts, strict=True), color=color, marker=marker, ls=ls, label=label)
+            pts = sorted((r["device_peak_bytes"] / 1e6, 100 * r["overhead"], r["activation_memory_budget"])
+                         for r in mine if r["method"] == method)
+            if not pts:
+                continue
+            label = "torch.compile + activation_memory_budget" if method.startswith("torch") else \
+                f"optsched {method}" + (" (gpu0 ledger; host copies excluded)" if method != "milp/recompute-only"
+                                        else "")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, marker=marker, ls=ls, label=label)
+            if method.startswith("torch"):
+                for x, y, b in pts:
+                    ax.annotate(f"{b:g}", (x, y), textcoords="offset points", xytext=(5, 3), fontsize=7, color=color)
         ax.axvline(eager["peak_bytes"] / 1e6, color="grey", lw=0.8)
         ax.axvline(eager["peak_bytes"] / 2e6, color="grey", lw=0.8, ls="--")
-        ax.set_title(f"{model} (grey: eager peak, dashed: 50%)", fontsize=9)
+        ax.set_title(f"{model}: grey line eager peak, dashed 50% of it; blue labels: budget", fontsize=8)
         ax.set_xlabel("measured peak memory of the budgeted device (MB)")
         ax.set_ylabel("step-time overhead over own keep-everything (%)")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=8)
+    for ax in list(axes.flat)[len(models):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6.5)
+    fig.suptitle(textwrap.fill(title, 150 * ncol // 2 + 20), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
@@ -348,11 +422,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="optsched budgets as fractions of the eager peak, besides the measured PyTorch peaks")
     ap.add_argument("--solvers", default=",".join(SOLVERS))
     ap.add_argument("--backend", default="inductor")
-    ap.add_argument("--steps", type=int, default=7, help="timed steps per run (median)")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per run (median)")
     ap.add_argument("--time-limit", type=float, default=20.0, help="MILP seconds per solve")
     ap.add_argument("--quick", action="store_true", help="mlp at its default size, budgets 1.0,0.5,0.0, MILP 5 s")
     ap.add_argument("-o", "--output", default=None, help="CSV path; the figure goes beside it as .png")
+    ap.add_argument("--plot", metavar="CSV", help="only redraw the figure of a CSV this script wrote")
     args = ap.parse_args(argv)
+    if args.plot:
+        first, rows = read_csv(args.plot)
+        plot(rows, os.path.splitext(args.plot)[0] + ".png", first.lstrip("# "))
+        return 0
     args.models = (args.models or ("mlp" if args.quick else "mlp,cnn,transformer,gpt2")).split(",")
     args.budgets = [float(b) for b in args.budgets.split(",")] if args.budgets else \
         ([1.0, 0.5, 0.0] if args.quick else list(BUDGETS))
