@@ -137,7 +137,7 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
     rlist: list[list[int]] = [[] for _ in range(nd)]
     rpos = [[-1] * n for _ in range(nd)]
     last_acc = [[0.0] * n for _ in range(nd)]
-    touch = [[0] * n for _ in range(nd)]   # position in `out` after the last instruction using u on d
+    touch = [[0] * n for _ in range(nd)]   # position in `out` after the last instruction using or freeing u on d
     top = [0] * nd                          # highest level of d before the last sync
     early: dict[int, list[Instruction]] = {}   # swap-outs issued before out[k]
     ncopies = [0] * n
@@ -243,6 +243,7 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
 
     def free(u: int, d: int) -> None:
         out.append(Free(ids[u], names[d]))
+        touch[d][u] = len(out)
         drop_res(d, u)
         if dirty[d][u]:
             pending[d] += nbytes[u]
@@ -386,7 +387,7 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
         if act == "swap":
             if not res[host][u]:
                 pc[u] += 1
-                copy(u, d, host, protect, evict=False, at=touch[d][u])
+                copy(u, d, host, protect, evict=False, at=max(touch[d][u], touch[host][u]))
                 pc[u] -= 1
             free(u, d)
             nu = next_use(u, d, i)
