@@ -13,7 +13,8 @@ graphs.
     .venv/bin/python experiments/bench_heuristics.py [--quick]
 
 Writes experiments/results/heuristic_scale.csv and heuristic_quality.csv
-(first line: the command).
+(first line: the command and the load average when it started and when the
+file was written: the machine is shared, and the scale timings depend on it).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from experiments.bench_quality import load  # noqa: E402
 from optsched.cluster import single_accelerator  # noqa: E402
 from optsched.errors import InfeasibleError  # noqa: E402
 from optsched.generate import chain_graph, random_training_graph  # noqa: E402
@@ -132,11 +134,15 @@ def quality_rows(graphs, fracs, solvers):
     return rows
 
 
+LOAD_START = load()
+
+
 def write(rows, name):
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / name
     with open(path, "w") as f:
-        f.write(f"# command: {COMMAND}\n")
+        f.write(f"# command: {COMMAND}; load average (1, 5, 15 min) at the start: {LOAD_START}; "
+                f"at the end: {load()}\n")
         pd.DataFrame(rows).to_csv(f, index=False)
     print("wrote", path)
 
