@@ -27,12 +27,15 @@ since both devices are the same cores here; op costs are profiled on this CPU an
 bandwidth.
 
 Step time, one thread on both sides: every step of a model (eager, each compiled budget, each schedule) is built
-first and then all are timed in turns, one step of each per round for --steps rounds after a warm-up round, so
-load from other processes falls on all of them alike. `step_s` is the median. Compiled code fuses ops and an
-op-by-op replay pays Python per op, so absolute times favour PyTorch; the fair figure is each side's `overhead`
-over its own keep-everything run (torch.compile at budget 1.0; the replayed keep-everything schedule): the median
-over rounds of the step's time against that baseline's time in the same round, minus 1 (`time_vs_eager` likewise
-against eager). The CSV also has every step time, and loss and gradient error against eager.
+first and then all are timed in turns, one step of each per round for --steps rounds after a warm-up round, so a
+change of load falls on all of them alike. The time is the process's CPU time (`time.process_time`, user + system)
+over the step: with one thread all of a step's work is in this process, and on a machine shared with other jobs
+the wall time mostly measures how long the scheduler kept this process waiting (wall times are kept too,
+`step_wall_s`, `overhead_wall`). Compiled code fuses ops and an op-by-op replay pays Python per op, so absolute
+times favour PyTorch; the fair figure is each side's `overhead` over its own keep-everything run (torch.compile at
+budget 1.0; the replayed keep-everything schedule): the median over rounds of the step's time against that
+baseline's time in the same round, minus 1 (`time_vs_eager` likewise against eager). The CSV also has every step's
+CPU time, and loss and gradient error against eager.
 
     .venv/bin/python experiments/against_pytorch.py          # writes experiments/results/against_pytorch_cpu.csv, .png
     .venv/bin/python experiments/against_pytorch.py --quick  # mlp only, small, into the temp directory
@@ -82,7 +85,7 @@ def example(name: str, quick: bool = False) -> dict:
 
 
 def _measure(run, model, tensors, steps: int, warmup: int = 1) -> tuple[int, float, list[float]]:
-    """(peak bytes of one step, median step seconds, the step times); `.grad` is None before every step."""
+    """(peak bytes of one step, median step CPU seconds, the step CPU times); `.grad` is None before every step."""
     for _ in range(warmup):
         model.zero_grad(set_to_none=True)
         run()
@@ -91,9 +94,9 @@ def _measure(run, model, tensors, steps: int, warmup: int = 1) -> tuple[int, flo
     times = []
     for _ in range(steps):
         model.zero_grad(set_to_none=True)
-        t = time.perf_counter()
+        t = time.process_time()
         run()
-        times.append(time.perf_counter() - t)
+        times.append(time.process_time() - t)
     model.zero_grad(set_to_none=True)
     return peak, statistics.median(times), times
 
@@ -241,21 +244,25 @@ def _device_line(argv: list[str], start_load: tuple[float, ...]) -> str:
 
 COLUMNS = ["model", "side", "method", "backend", "activation_memory_budget", "target", "status", "budget_bytes",
            "peak_bytes", "device_peak_bytes", "ledger_gpu0_bytes", "predicted_peak_bytes", "peak_fraction_of_eager",
-           "held_after_forward_bytes", "step_s", "step_min_s", "overhead", "time_vs_eager", "predicted_step_s",
-           "recomputed", "swap_out_bytes", "loss_err", "grad_err", "compile_s", "solve_s", "step_times_s", "message"]
+           "held_after_forward_bytes", "step_cpu_s", "overhead", "time_vs_eager", "step_wall_s", "overhead_wall",
+           "predicted_step_s", "recomputed", "swap_out_bytes", "loss_err", "grad_err", "compile_s", "solve_s",
+           "step_cpu_times_s", "message"]
 
 
-def interleaved_times(runs: dict, model, rounds: int, warmup: int = 1) -> dict[object, list[float]]:
-    """Step times taken in turns, one step of every run per round, so load from other processes falls on all runs
-    alike; each run's times in round order. `.grad` is None before every step."""
-    times: dict[object, list[float]] = {k: [] for k in runs}
+def interleaved_times(runs: dict, model, rounds: int, warmup: int = 1) -> dict[object, dict[str, list[float]]]:
+    """Step times taken in turns, one step of every run per round, so a change of load falls on all runs alike;
+    per run, the process CPU times ("cpu") and wall times ("wall") in round order. `.grad` is None before every
+    step."""
+    times = {k: {"cpu": [], "wall": []} for k in runs}
     for r in range(warmup + rounds):
         for k, run in runs.items():
             model.zero_grad(set_to_none=True)
-            t = time.perf_counter()
+            w, c = time.perf_counter(), time.process_time()
             run()
+            c, w = time.process_time() - c, time.perf_counter() - w
             if r >= warmup:
-                times[k].append(time.perf_counter() - t)
+                times[k]["cpu"].append(c)
+                times[k]["wall"].append(w)
     model.zero_grad(set_to_none=True)
     return times
 
@@ -321,10 +328,12 @@ def run_model(name: str, args) -> list[dict]:
     for k, r in enumerate(rows):
         r["peak_fraction_of_eager"] = r["device_peak_bytes"] / eager["peak"] if "device_peak_bytes" in r else ""
         if k in times:
-            r["step_times_s"] = times[k]
-            r["step_s"], r["step_min_s"] = statistics.median(times[k]), min(times[k])
-            r["overhead"] = _ratio(times[k], times[own[r["side"]]]) - 1
-            r["time_vs_eager"] = _ratio(times[k], times[0])
+            cpu, wall, base = times[k]["cpu"], times[k]["wall"], times[own[r["side"]]]
+            r["step_cpu_times_s"] = cpu
+            r["step_cpu_s"], r["step_wall_s"] = statistics.median(cpu), statistics.median(wall)
+            r["overhead"] = _ratio(cpu, base["cpu"]) - 1
+            r["overhead_wall"] = _ratio(wall, base["wall"]) - 1
+            r["time_vs_eager"] = _ratio(cpu, times[0]["cpu"])
     torch._dynamo.reset()  # the compiled steps of this model are done with
     return rows
 
@@ -348,8 +357,8 @@ def write_csv(rows: list[dict], path: str, first_line: str) -> None:
         w.writeheader()
         for r in rows:
             r = dict(r)
-            if "step_times_s" in r:
-                r["step_times_s"] = " ".join(f"{t:.6f}" for t in r["step_times_s"])
+            if "step_cpu_times_s" in r:
+                r["step_cpu_times_s"] = " ".join(f"{t:.6f}" for t in r["step_cpu_times_s"])
             w.writerow(r)
 
 
@@ -361,11 +370,31 @@ def read_csv(path: str) -> tuple[str, list[dict]]:
         for r in csv.DictReader(f):
             for k, v in r.items():
                 try:
-                    r[k] = float(v) if k != "step_times_s" else [float(x) for x in v.split()]
+                    r[k] = float(v) if k != "step_cpu_times_s" else [float(x) for x in v.split()]
                 except ValueError:
                     pass
             rows.append(r)
     return first, rows
+
+
+def headline(rows: list[dict]) -> str:
+    """Per model, the rows nearest 50% of the eager peak: PyTorch's closest budget and each solver at 50%."""
+    lines = [f"{'model':12s} {'method':40s} {'peak MB':>8s} {'of eager':>8s} {'overhead':>8s} {'vs eager':>8s}"]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        eager = next(r for r in mine if r["side"] == "eager")
+        torch_rows = [r for r in mine if r["side"] == "pytorch"]
+        best = min(torch_rows, key=lambda r: abs(r["device_peak_bytes"] / eager["peak_bytes"] - 0.5))
+        picked = [best] + [r for r in mine if r["side"] == "optsched" and r.get("target") == "50% of eager"]
+        for r in picked:
+            what = r["method"] + (f" @{r['activation_memory_budget']:g}" if r["side"] == "pytorch" else "")
+            if r["status"] == "infeasible":
+                lines.append(f"{model:12s} {what:40s} {'infeasible at ' + format(r['budget_bytes'] / 1e6, '.2f'):>8s}")
+                continue
+            lines.append(f"{model:12s} {what:40s} {r['device_peak_bytes'] / 1e6:8.2f} "
+                         f"{r['device_peak_bytes'] / eager['peak_bytes']:8.0%} {r['overhead']:+8.1%} "
+                         f"{r['time_vs_eager']:8.2f}x")
+    return "\n".join(lines)
 
 
 def plot(rows: list[dict], path: str, title: str) -> None:
@@ -402,7 +431,7 @@ def plot(rows: list[dict], path: str, title: str) -> None:
         ax.axvline(eager["peak_bytes"] / 2e6, color="grey", lw=0.8, ls="--")
         ax.set_title(f"{model}: grey line eager peak, dashed 50% of it; blue labels: budget", fontsize=8)
         ax.set_xlabel("measured peak memory of the budgeted device (MB)")
-        ax.set_ylabel("step-time overhead over own keep-everything (%)")
+        ax.set_ylabel("step-time overhead over own keep-everything (%, CPU time)")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(models):]:
         ax.axis("off")
@@ -423,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solvers", default=",".join(SOLVERS))
     ap.add_argument("--backend", default="inductor")
     ap.add_argument("--steps", type=int, default=10, help="timed steps per run (median)")
-    ap.add_argument("--time-limit", type=float, default=20.0, help="MILP seconds per solve")
+    ap.add_argument("--time-limit", type=float, default=30.0, help="MILP seconds per solve")
     ap.add_argument("--quick", action="store_true", help="mlp at its default size, budgets 1.0,0.5,0.0, MILP 5 s")
     ap.add_argument("-o", "--output", default=None, help="CSV path; the figure goes beside it as .png")
     ap.add_argument("--plot", metavar="CSV", help="only redraw the figure of a CSV this script wrote")
@@ -431,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         first, rows = read_csv(args.plot)
         plot(rows, os.path.splitext(args.plot)[0] + ".png", first.lstrip("# "))
+        print(headline(rows))
         return 0
     args.models = (args.models or ("mlp" if args.quick else "mlp,cnn,transformer,gpt2")).split(",")
     args.budgets = [float(b) for b in args.budgets.split(",")] if args.budgets else \
@@ -458,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(rows, output, device_line)
     png = os.path.splitext(output)[0] + ".png"
     plot(rows, png, device_line.lstrip("# "))
+    print(headline(rows))
     print(f"wrote {output} and {png}", file=sys.stderr)
     return 0
 
