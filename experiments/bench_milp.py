@@ -9,7 +9,8 @@
 2. The joint problem: 2 GPUs + host, swapping on, with a 120 s limit, on the
    ../shared/data graphs and captured ones.
 
-Writes experiments/results/milp_checkmate.csv and milp_joint.csv, each with
+Also times the model build of a 500-node graph (goal: under 5 s). Writes
+experiments/results/milp_build.csv, milp_checkmate.csv and milp_joint.csv, each with
 the command, machine and load average on its first line (as a comment).
 
     .venv/bin/python experiments/bench_milp.py [--time-limit 60] [--joint-time-limit 120] [--quick]
@@ -119,6 +120,23 @@ def write(path, rows, cmd):
         w.writerows(rows)
 
 
+def build_times(repeats: int = 3) -> list[dict]:
+    """Model build time (spec + arrays) of a 500-node graph on 2 GPUs + host: the goal is under 5 s."""
+    from optsched.generate import random_training_graph
+    from optsched.solvers.milp_model import build_model, make_spec
+
+    g = random_training_graph(160)
+    cl = single_accelerator(10**7, gpus=2)
+    out = []
+    for k in range(repeats):
+        t = time.perf_counter()
+        m = build_model(make_spec(g, cl))
+        out.append(dict(nodes=len(g), repeat=k, build_s=round(time.perf_counter() - t, 3), cols=m.ncol,
+                        rows=m.nrow, nonzeros=int(m.index.size)))
+        print(out[-1], flush=True)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--time-limit", type=float, default=60)
@@ -130,6 +148,7 @@ def main(argv=None):
     ap.add_argument("--skip-checkmate", action="store_true")
     args = ap.parse_args(argv)
     cmd = "cd /work/main && .venv/bin/python experiments/bench_milp.py " + " ".join(sys.argv[1:])
+    write(os.path.join(HERE, "results", "milp_build.csv"), build_times(), cmd)
     gs = graphs(args.quick, args.graphs)
     rows = []
     for name, g in [] if args.skip_checkmate else gs:

@@ -225,7 +225,7 @@ def test_recomputations_get_gap_stages_when_their_stage_would_overflow():
 
 
 @pytest.mark.parametrize("solver", ["milp", "pulp"])
-def test_coarsened_milp_is_valid_and_reports_no_bound_for_the_full_graph(solver):
+def test_coarsened_milp_is_valid_and_reports_only_a_bound_valid_for_the_full_graph(solver):
     g = blocks_graph(4)
     cl = one_gpu(int(0.9 * _ke_peak(g)))
     s = solve(g, cl, solver, time_limit=30, swap=False, params={"coarsen": True})
@@ -233,8 +233,9 @@ def test_coarsened_milp_is_valid_and_reports_no_bound_for_the_full_graph(solver)
     assert r.valid and r.recomputed > 0 and s.report.objective == pytest.approx(r.makespan)
     ex = s.report.extra
     assert ex["fine_nodes"] == len(g) and ex["coarse_nodes"] < len(g)
-    assert s.report.bound is None and s.report.status != "optimal"
-    assert ex["coarse_bound"] is not None
+    assert s.report.status != "optimal" and ex["coarse_bound"] is not None
+    # only the bound that holds for every schedule of the full graph is reported
+    assert s.report.bound == ex["schedule_lower_bound"] <= r.makespan
     for fn in BASELINES:   # never worse than a candidate on the full graph
         try:
             b = simulate(g, cl, fn(g, cl))
@@ -244,14 +245,36 @@ def test_coarsened_milp_is_valid_and_reports_no_bound_for_the_full_graph(solver)
             assert r.makespan <= b.makespan * (1 + 1e-9)
 
 
-def test_build_time_500_nodes():
+def test_schedule_lower_bound_holds_for_every_solver_and_is_reported():
+    g = generate.random_training_graph(10, 1)
+    cl = single_accelerator(int(0.8 * _ke_peak(g)), gpus=2)
+    from optsched.solvers.milp import schedule_lower_bound
+
+    floor = schedule_lower_bound(make_spec(g, cl))
+    assert floor > 0
+    checked = 0
+    for name in ("heuristic", "metf", "dtr", "offload-all", "chen-greedy"):
+        try:
+            r = simulate(g, cl, solve(g, cl, name))
+        except InfeasibleError:
+            continue
+        assert r.valid and r.makespan >= floor * (1 - 1e-12), name
+        checked += 1
+    assert checked >= 2
+    # a time limit too short for HiGHS to start still reports a bound and a gap
+    s = solve(g, cl, "milp", time_limit=0.01)
+    assert s.report.bound is not None and s.report.bound >= floor * (1 - 1e-12)
+    assert s.report.gap is not None and 0 <= s.report.gap < 1
+
+
+def test_model_of_500_nodes_is_well_formed():
+    # its build time (goal: under 5 s) is measured by experiments/bench_milp.py, not asserted here
     g = generate.random_training_graph(160)
     assert 450 <= len(g) <= 550
     cl = single_accelerator(10**7, gpus=2)
-    t = time.perf_counter()
     m = build_model(make_spec(g, cl))
-    assert time.perf_counter() - t < 5.0
     assert m.start[-1] == m.index.size and np.all(np.diff(m.start) >= 0)
+    assert m.index.min() >= 0 and m.index.max() < m.ncol and m.row_lo.size == m.nrow
 
 
 def test_pulp_named_solver_missing_is_a_plain_error():

@@ -54,7 +54,11 @@ Reductions and what they cost:
 - `options.params`: {"window": K} overrides K; {"host_compute": False} keeps
   the host to swap space only; {"coarsen": True} solves the graph with its
   cheap chains folded (`coarsen.py`) and expands the result: a smaller model,
-  a restriction (no bound for the full graph is reported).
+  a restriction (only `schedule_lower_bound` is reported as the bound).
+- Bounds: the reported bound is the larger of the solver's dual bound and
+  `schedule_lower_bound` (longest dependency chain, total work over the
+  devices), which holds for every schedule; it stands in when the solver has
+  none, e.g. when its root LP does not finish within the time limit.
 
 Warm start: every candidate (the baselines, the heuristic, m-ETF on several
 accelerators, or only `options.warm_start` when given) is staged over its own
@@ -98,6 +102,7 @@ from ..units import format_size
 from .milp_model import (
     TIME_SCALE,
     MilpArrays,
+    ModelSpec,
     build_model,
     decisions_from_schedule,
     decisions_from_x,
@@ -266,6 +271,9 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
     valid_base = [b for b in base if b[2].valid]
     best_base = min(valid_base, key=lambda b: b[2].makespan) if valid_base else None
     extra = dict(extra or {})
+    floor = schedule_lower_bound(spec)
+    extra["schedule_lower_bound"] = floor
+    bound = floor if bound is None else max(bound, floor)
     extra.update(build_time=build_time, warm_start=warm_msg, stages=spec.T, window=spec.K,
                  columns=model.ncol, rows=model.nrow, nonzeros=int(model.index.size))
     why = "; ".join(notes)
@@ -283,7 +291,7 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
             _infeasible(graph, cluster, options, base, f"no schedule found ({status}) and no baseline fits")
         name, sched, res = best_base
         extra.update(fallback=name, makespan=res.makespan)
-        status, bound = _outside_model(status, bound, res.makespan, extra)
+        status, bound = _outside_model(status, bound, res.makespan, extra, floor)
         return Schedule(sched.instructions, SolveReport(solver_name, status, objective=res.makespan, bound=bound,
                                                         gap=_gap(res.makespan, bound), solve_time=solve_time,
                                                         message=msg(f"MILP gave no schedule; returning {name}"),
@@ -302,7 +310,7 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
     if best_base is not None and best_base[2].makespan < res.makespan * (1 - 1e-12):
         name, bsched, bres = best_base
         extra.update(fallback=name, milp_objective=obj, makespan=bres.makespan)
-        status, bound = _outside_model(status, bound, bres.makespan, extra)
+        status, bound = _outside_model(status, bound, bres.makespan, extra, floor)
         return Schedule(bsched.instructions, SolveReport(
             solver_name, status, objective=bres.makespan, bound=bound, gap=_gap(bres.makespan, bound),
             solve_time=solve_time, message=msg(f"MILP incumbent {obj:.6g} s worse than {name}; returning {name}"),
@@ -316,7 +324,8 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
     """`solver` (the MILP through HiGHS or PuLP) on the graph with its cheap chains folded into super-nodes
     (`coarsen.py`), the schedule expanded back to operations and checked by the simulator; the best candidate
     on the full graph when it is faster. Folding restricts the schedules, so the coarse model's bound is no
-    bound here: it is reported as `extra["coarse_bound"]`, the status is at best "feasible"."""
+    bound here: it is kept as `extra["coarse_bound"]`, the bound reported is `schedule_lower_bound`, and the
+    status is at best "feasible"."""
     from .coarsen import coarsen, expand
 
     t0 = time.perf_counter()
@@ -341,20 +350,40 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
         extra.update(fallback=name, makespan=res.makespan)
         notes.append(f"the expanded schedule was slower than {name}; returning {name}")
     status = "feasible" if rep.status == "optimal" else rep.status
-    return Schedule(sched.instructions, SolveReport(rep.solver, status, objective=res.makespan, bound=None,
-                                                    gap=None, solve_time=time.perf_counter() - t0,
+    floor = schedule_lower_bound(make_spec(graph, cluster, recompute=options.recompute, swap=options.swap,
+                                           devices=options.devices,
+                                           host_compute=options.params.get("host_compute", True)))
+    extra["schedule_lower_bound"] = floor
+    return Schedule(sched.instructions, SolveReport(rep.solver, status, objective=res.makespan, bound=floor,
+                                                    gap=_gap(res.makespan, floor), solve_time=time.perf_counter() - t0,
                                                     message="; ".join(notes + [rep.message] if rep.message else notes),
                                                     extra=extra), graph=graph.name)
 
 
-def _outside_model(status: str, bound, makespan: float, extra: dict):
+def _outside_model(status: str, bound, makespan: float, extra: dict, floor: float):
     """A fallback schedule comes from outside the stage model (its own order, no stage barriers), so the model's
     dual bound does not bound it and the model's optimality says nothing about it: a bound above the returned
-    step time is kept only in `extra["stage_model_bound"]`, and "optimal" becomes "feasible"."""
+    step time is kept only in `extra["stage_model_bound"]` (the bound becomes `floor`, which holds for every
+    schedule), and "optimal" becomes "feasible"."""
     if bound is not None and bound > makespan:
         extra["stage_model_bound"] = bound
-        bound = None
+        bound = floor
     return ("feasible" if status == "optimal" else status), bound
+
+
+def schedule_lower_bound(spec: ModelSpec) -> float:
+    """Seconds that every schedule of the graph on the model's devices needs, in or out of the stage model: the
+    longest dependency chain and the total work spread over the devices, each operation at its cheapest
+    device. A bound to report when the solver has none (its root LP not solved in time) or a weaker one."""
+    runnable = ~np.isnan(spec.ccost)
+    cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
+    cheapest[~np.isfinite(cheapest)] = 0.0
+    done = np.zeros(spec.n)
+    for v in spec.order.tolist():
+        ins = spec.in_idx[spec.in_ptr[v]:spec.in_ptr[v + 1]]
+        done[v] = cheapest[v] + (done[ins].max() if ins.size else 0.0)
+    devices = max(int(runnable.any(axis=1).sum()), 1)
+    return max(float(done.max(initial=0.0)), float(cheapest.sum()) / devices) / TIME_SCALE
 
 
 def _gap(obj, bound):
