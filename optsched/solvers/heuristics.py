@@ -3,7 +3,8 @@
 - heuristic:   ParDNN placement on the accelerators + list schedule + the
                Capuchin-style memory planner (swap when it hides, else
                recompute by seconds per byte freed); on small graphs it also
-               plans everything on one accelerator and keeps the faster.
+               plans everything on one accelerator (as with devices=1) and
+               keeps the faster.
 - metf:        Baechi m-ETF placement + the same planner.
 - offload-all: vDNN on one accelerator: every forward activation is copied to
                the host after its last forward use and prefetched back one
@@ -81,12 +82,21 @@ def _single_device_inputs(graph: Graph, cluster: Cluster, options: SolveOptions)
     return place, order, est
 
 
+def _one_accelerator(graph: Graph, cluster: Cluster, options: SolveOptions, memory_rounds: int):
+    """ParDNN's list schedule on the device the single-device solvers use: the
+    plan `heuristic` makes with devices=1, so more accelerators never make its
+    result worse."""
+    d = cluster.device_index[pick_device(graph, cluster, options.device).name]
+    return pardnn(graph, cluster, [d], memory_rounds=memory_rounds)
+
+
 def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
     t0 = time.perf_counter()
     p = options.params
     policy = p.get("policy", "capuchin")
+    rounds = int(p.get("memory_rounds", 6))
     devs = placement_devices(graph, cluster, options.devices)
-    place, order, est = pardnn(graph, cluster, devs, memory_rounds=int(p.get("memory_rounds", 6)))
+    place, order, est = pardnn(graph, cluster, devs, memory_rounds=rounds)
     t_place = time.perf_counter() - t0
     verify = bool(p.get("verify", True))
     compare = p.get("compare_single", len(graph) <= 20000) and verify
@@ -94,7 +104,7 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
         # no simulator to arbitrate: keep the placement only if its list schedule beats one device
         multi = float((est + node_time_on(graph, cluster, place)).max()) if len(graph) else 0.0
         try:
-            splace, sorder, sest = _single_device_inputs(graph, cluster, options)
+            splace, sorder, sest = _one_accelerator(graph, cluster, options, rounds)
             single = float((sest + node_time_on(graph, cluster, splace)).max()) if len(graph) else 0.0
             if multi >= 0.98 * single:
                 place, order, est = splace, sorder, sest
@@ -113,7 +123,7 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
         err = e
     if len(devs) > 1 and compare:
         try:
-            splace, sorder, sest = _single_device_inputs(graph, cluster, options)
+            splace, sorder, sest = _one_accelerator(graph, cluster, options, rounds)
             single = _checked(graph, cluster, "heuristic", options,
                               lambda s: plan(graph, cluster, splace, sorder, sest, policy=policy, swap=options.swap,
                                              recompute=options.recompute, budget_scale=s), t0,
