@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from milp_graphs import blocks_graph, gpu_host, one_gpu, small_dag
+from milp_graphs import blocks_graph, gpu_host, one_gpu, small_dag, two_gpus
 
 from optsched import generate
 from optsched.cluster import Cluster, Device, Link, single_accelerator
 from optsched.errors import InfeasibleError
-from optsched.graph import Graph, Node, check_graph, memory_lower_bound
+from optsched.graph import Graph, Node, check_graph, largest_operation, memory_lower_bound
 from optsched.schedule import Copy, Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, get_solver, solve
@@ -165,6 +165,17 @@ def test_infeasible_budget_says_both_numbers():
     msg = str(e.value)
     assert str(lb) in msg and "smallest budget at which a schedule was found" in msg
     assert str(_ke_peak(g)) in msg or "bytes)" in msg.split("found:")[1]
+
+
+def test_an_operation_that_fits_no_device_is_refused_without_solving():
+    g = generate.random_training_graph(12, 3)
+    node, need = largest_operation(g)
+    cl = two_gpus(need - 1)
+    with pytest.raises(InfeasibleError) as e:
+        solve(g, cl, "milp", time_limit=60)
+    msg = str(e.value)
+    assert "time_limit" not in msg and "infeasible" not in msg.split("Memory lower bound")[0]   # no solver ran
+    assert repr(node) in msg and "gpu0, gpu1" in msg and str(memory_lower_bound(g)) in msg
 
 
 # ------------------------------------------------------------------ controls, scale

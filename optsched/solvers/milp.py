@@ -192,6 +192,22 @@ def _stage_over(graph, spec_of, sched, order, window, gaps):
     return spec, dec, "", None
 
 
+def _unplaceable(graph: Graph, spec: ModelSpec) -> str:
+    """Why no schedule exists, without running a solver, when an operation's inputs, output and workspace
+    exceed the budget of every device that can run it; "" otherwise."""
+    a = graph.arrays
+    owner = np.repeat(np.arange(spec.n), np.diff(a.in_ptr))
+    need = np.bincount(owner, weights=spec.nbytes[a.in_idx], minlength=spec.n) + spec.nbytes + spec.ws
+    room = np.where(~np.isnan(spec.ccost), spec.budget[:, None], -np.inf).max(axis=0, initial=-np.inf)
+    bad = np.flatnonzero(need > room)
+    if not bad.size:
+        return ""
+    v = int(bad[np.argmax(need[bad] - room[bad])])
+    where = [spec.dev_names[d] for d in np.flatnonzero(~np.isnan(spec.ccost[:, v]))]
+    return (f"operation {a.ids[v]!r} needs {format_size(need[v])} while it runs (inputs, output, workspace), more "
+            f"than the budget of any device that can run it ({', '.join(where) or 'none'})")
+
+
 def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
     """Spec, model, warm start (x or None), its message, the candidate schedules, build time,
     and notes on candidates that could not start the MILP.
@@ -199,7 +215,6 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
     Every candidate is staged over its own first-computation order; the one with the
     smallest staged objective fixes the model's order and becomes the incumbent."""
     t0 = time.perf_counter()
-    base = _candidates(graph, cluster, options)
     p = dict(options.params)
     specs = {}
 
@@ -210,6 +225,11 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
                                    devices=options.devices, host_compute=p.get("host_compute", True),
                                    window=window, gaps=gaps)
         return specs[key]
+
+    base = _candidates(graph, cluster, options)
+    too_big = _unplaceable(graph, spec_of(None, p.get("window")))
+    if too_big:
+        _infeasible(graph, cluster, options, base, too_big)
 
     if options.warm_start is not None:
         tries = [("user", options.warm_start)]
