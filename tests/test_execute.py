@@ -261,7 +261,8 @@ def test_measure_costs_replaces_one_kind():
     before = copy.deepcopy(model.state_dict())
     first, second = (measure_costs(model, step, graph, ex["inputs"], ex["targets"], runs=2) for _ in range(2))
     for measured in (first, second):
-        assert measured.meta["capture"]["replay"]["step_s"] > 0
+        replayed = measured.meta["capture"]["replay"]
+        assert 0 <= replayed["outside_s"] < replayed["step_s"]
         for n, m in zip(graph.nodes, measured.nodes, strict=True):
             assert m.cost["cpu"] > 0
             assert replace(m, cost=n.cost) == n and m.cost["cuda"] == n.cost["cuda"]
@@ -370,6 +371,21 @@ def test_cuda_gradients_match_eager(solver, frac):
     for p, g in zip(model.parameters(), want, strict=True):
         torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-6)
     assert "cuda:0" in stats.allocator_peak
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_measure_costs():
+    """On CUDA the ops are timed with events on the compute stream: every node gets a positive "cuda" cost."""
+    torch.manual_seed(9)
+    ex = BUILTIN["transformer"]()
+    model = ex["model"].cuda()
+    inputs, targets = tuple(t.cuda() for t in ex["inputs"]), tuple(t.cuda() for t in ex["targets"])
+    step, graph = capture_step(model, inputs, ex["loss_fn"], targets=targets)
+    measured = measure_costs(model, step, graph, inputs, targets, device="cuda", runs=2)
+    for n, m in zip(graph.nodes, measured.nodes, strict=True):
+        assert m.cost["cuda"] > 0 and m.cost["cpu"] == n.cost["cpu"]
+    bandwidth, latency = measure_copy("cuda")
+    assert bandwidth > 0 and latency >= 0
 
 
 def test_cli_capture_solve_run(tmp_path, capsys):

@@ -219,6 +219,10 @@ class Replayer:
                 self.index_of[o] = self.fx[o].args[1]
         self.order = execution_order(graph, schedule, sim)
         self.take_next = self._plan_stash(schedule)
+        # (module, name) of every parameter and buffer: Module.get_parameter walks the path on each call, tens of
+        # microseconds a step per tensor; the tensor itself is read each step (Module.to replaces buffers)
+        self.slot = {fqn: (model.get_submodule(fqn.rpartition(".")[0]), fqn.rpartition(".")[2])
+                     for fqn in (*step.params.values(), *step.buffers.values())}
         self.source = {}
         for ph, fqn in step.params.items():
             self.source[ph] = ("param", fqn)
@@ -318,7 +322,7 @@ class Replayer:
             t.record_stream(s)
         if not gens:
             self.readers.pop((d, v), None)
-        if t.device.type == "cpu" and t.is_pinned():
+        if self.cuda and t.device.type == "cpu" and t.is_pinned():
             self.pinned.setdefault((tuple(t.shape), t.stride(), t.dtype), []).append((t, ev))
 
     @staticmethod
@@ -354,9 +358,9 @@ class Replayer:
             if v in self.source:
                 what, key = self.source[v]
                 if what == "param":
-                    t = self.model.get_parameter(key).detach()
+                    t = getattr(*self.slot[key]).detach()
                 elif what == "buffer":
-                    t = self.model.get_buffer(key)
+                    t = getattr(*self.slot[key])
                 else:
                     t = (inputs + targets)[key]
                 t = t.to(dev, non_blocking=True)
@@ -496,14 +500,14 @@ class Replayer:
         outs = {n.name: n for n in self.output_node.all_input_nodes}
         with torch.no_grad():
             for name, fqn in self.step.grads.items():
-                p = self.model.get_parameter(fqn)
+                p = getattr(*self.slot[fqn])
                 g = self._value(self._where(f_owner[name]), outs[name]).to(p.device)
                 if p.grad is None:
                     p.grad = g if g.untyped_storage().nbytes() == g.numel() * g.element_size() else g.clone()
                 else:
                     p.grad += g
             for name, fqn in self.step.buffer_updates.items():
-                self.model.get_buffer(fqn).copy_(self._value(self._where(f_owner[name]), outs[name]))
+                getattr(*self.slot[fqn]).copy_(self._value(self._where(f_owner[name]), outs[name]))
         loss_owner = f_owner[self.step.loss]
         return self._value(self._where(loss_owner), self.fx[self.step.loss]).detach()
 
