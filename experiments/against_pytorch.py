@@ -219,6 +219,7 @@ def optsched_step(model, step, graph: Graph, inputs: tuple, targets: tuple, budg
     status = schedule.report.status if schedule.report else "ok"
     out = {"solver": solver, "budget_bytes": int(budget), "status": status, "solve_s": solve_s,
            "message": schedule.report.message if schedule.report else "",
+           "gap": schedule.report.gap if schedule.report and schedule.report.gap is not None else "",
            "loss": first.loss, "device_peak": first.peak["gpu0"], "predicted_peak": pred.peak["gpu0"],
            "predicted_step_s": pred.makespan, "recomputed": pred.recomputed, "swap_out_bytes": pred.swap_out_bytes}
     if ref is not None:
@@ -246,7 +247,7 @@ COLUMNS = ["model", "side", "method", "backend", "activation_memory_budget", "ta
            "peak_bytes", "device_peak_bytes", "ledger_gpu0_bytes", "predicted_peak_bytes", "peak_fraction_of_eager",
            "held_after_forward_bytes", "step_cpu_s", "overhead", "time_vs_eager", "step_wall_s", "overhead_wall",
            "predicted_step_s", "recomputed", "swap_out_bytes", "loss_err", "grad_err", "compile_s", "solve_s",
-           "step_cpu_times_s", "message"]
+           "solver_gap", "step_cpu_times_s", "message"]
 
 
 def interleaved_times(runs: dict, model, rounds: int, warmup: int = 1) -> dict[object, dict[str, list[float]]]:
@@ -346,7 +347,7 @@ def _opt_row(r: dict) -> dict:
             "ledger_gpu0_bytes": r["device_peak"], "predicted_peak_bytes": r["predicted_peak"],
             "predicted_step_s": r["predicted_step_s"], "recomputed": r["recomputed"],
             "swap_out_bytes": r["swap_out_bytes"], "loss_err": r["loss_err"], "grad_err": r["grad_err"],
-            "solve_s": r["solve_s"], "message": r["message"]}
+            "solve_s": r["solve_s"], "solver_gap": r["gap"], "message": r["message"]}
 
 
 def write_csv(rows: list[dict], path: str, first_line: str) -> None:
