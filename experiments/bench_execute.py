@@ -1,9 +1,21 @@
 """Measured versus predicted: replay schedules of the built-in models and compare peak memory and step time.
 
-Runs on the CPU here (every schedule device mapped to the CPU, so "gpu0" is a budgeted region of host memory):
-op costs are profiled on this CPU (`capture(..., profile=True)`) and used for the accelerator too, and the link
-bandwidth is this CPU's copy bandwidth, so the simulator predicts this machine's step time. On a CUDA machine pass
---cuda to replay on cuda:0 with the roofline of --preset.
+Runs on the CPU here (every schedule device mapped to the CPU, so "gpu0" is a budgeted region of host memory),
+with one torch thread: the main thread computes while a copy worker thread per link copies, as a GPU's compute
+and copy streams would. Op costs are measured inside the replay of the keep-everything schedule
+(`optsched.execute.measure_costs`, so the executor's dispatch overhead is part of each op) and the link's bandwidth
+and latency are those of the replay's own copies (`measure_copy`), so the simulator predicts this machine's step
+time, except the part of a step outside the schedule's instructions (gradients handed to `.grad`, the last
+frees), given per model as outside_instructions_s. Only the accelerator may compute: the host's computations
+would share the one compute thread, which the simulator would count as parallel. Each model runs at its small
+default size (overhead-dominated) and at a bench size where the ops dominate.
+
+On a busy machine a step's wall time includes the time the main thread waits for a core, which the op costs
+(each the least of several runs) mostly leave out: each row gives the load and that wait (Linux schedstat), so a
+row whose main thread waited is known to be disturbed; only a quiet machine gives clean figures.
+
+On a CUDA machine pass --cuda: models on cuda:0, the "cuda" costs measured there with CUDA events, the
+device-to-host copy bandwidth measured, the host keeping its roofline costs, the allocator peak that of cuda:0.
 
     .venv/bin/python experiments/bench_execute.py            # writes experiments/results/execute_cpu.csv
 """
@@ -16,38 +28,75 @@ import os
 import platform
 import statistics
 import sys
+import threading
 from dataclasses import replace
 
 import torch
 
-from optsched.capture import capture_step, measure_cpu
+from optsched.capture import capture_step
 from optsched.capture.models import BUILTIN
 from optsched.cluster import single_accelerator
 from optsched.errors import InfeasibleError
-from optsched.execute import Replayer
+from optsched.execute import Replayer, measure_copy, measure_costs
 from optsched.graph import Graph
+from optsched.schedule import Copy
 from optsched.simulate import simulate
 from optsched.solvers import solve
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
+# sizes at which the ops dominate the executor's per-op overhead (steps of about 0.1-0.3 s on one core)
+BENCH_SIZES = {"mlp": {"batch": 128, "width": 1024}, "cnn": {"batch": 32, "width": 32},
+               "transformer": {"batch": 4, "seq": 128, "d": 256}, "gpt2": {"batch": 4, "seq": 128, "d": 256},
+               "bert": {"batch": 4, "seq": 128, "d": 256}}
 
 
 def cpu_costs(graph: Graph) -> Graph:
-    """The accelerator runs at this CPU's measured speed."""
-    nodes = tuple(replace(n, cost={"cuda": n.cost["cpu"], "cpu": n.cost["cpu"]}) for n in graph.nodes)
+    """The accelerator runs at this CPU's measured speed; the host only holds swapped tensors."""
+    nodes = tuple(replace(n, cost={"cuda": n.cost["cpu"]}) for n in graph.nodes)
     return Graph(nodes, graph.name, graph.meta)
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _waited() -> float:
+    """Seconds this thread has been runnable but waiting for a core (nan where Linux schedstat is missing)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except OSError:
+        return float("nan")
+
+
+def _step(replay, model, inputs, targets, allocator: bool):
+    """One step as a training loop runs it (gradients assigned, not accumulated), and how long the main thread
+    waited for a core meanwhile."""
+    model.zero_grad(set_to_none=True)
+    before = _waited()
+    stats = replay.run(inputs, targets, allocator=allocator)
+    return stats, _waited() - before
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--models", default="mlp,cnn,transformer,gpt2")
+    ap.add_argument("--sizes", default="default,bench", help="default (the built-in's) and/or bench (BENCH_SIZES)")
     ap.add_argument("--fractions", default="1.0,0.7,0.5")
     ap.add_argument("--solvers", default="heuristic,dtr,milp")
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=8, help="steps per schedule; the first (allocator profiled) is "
+                    "not timed")
+    ap.add_argument("--time-limit", type=float, default=30)
     ap.add_argument("--cuda", action="store_true")
-    ap.add_argument("-o", "--output", default=os.path.join(RESULTS, "execute_cpu.csv"))
+    ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
     device = "cuda" if args.cuda else "cpu"
+    output = args.output or os.path.join(RESULTS, f"execute_{device}.csv")
+    if not args.cuda:
+        torch.set_num_threads(1)
+    load_start = _load()
+    bandwidth, latency = measure_copy(device)
+    print(f"copy over the link: {bandwidth / 1e9:.2f} GB/s, {latency * 1e6:.1f} us latency", file=sys.stderr)
     rows = []
     for name in args.models.split(","):
         if name in ("gpt2", "bert"):
@@ -55,56 +104,72 @@ def main(argv=None) -> int:
                 import transformers  # noqa: F401
             except ImportError:
                 continue
-        torch.manual_seed(0)
-        ex = BUILTIN[name]()
-        model = ex["model"].to(device)
-        inputs = tuple(t.to(device) for t in ex["inputs"])
-        targets = tuple(t.to(device) for t in ex["targets"])
-        step, graph = capture_step(model, inputs, ex["loss_fn"], targets=targets, profile=True)
-        if not args.cuda:
-            graph = cpu_costs(graph)
-        bw = measure_cpu().bandwidth if not args.cuda else 16e9
-        big = single_accelerator(2**40, bandwidth=bw)
-        keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
-        for frac in map(float, args.fractions.split(",")):
-            cluster = single_accelerator(int(keep * frac), bandwidth=bw)
-            for solver in args.solvers.split(","):
-                try:
-                    schedule = solve(graph, cluster, solver, time_limit=30)
-                except InfeasibleError:
-                    rows.append({"model": name, "budget_fraction": frac, "solver": solver, "status": "infeasible"})
-                    continue
-                replay = Replayer(model, step, graph, cluster, schedule)
-                runs = [replay.run(inputs, targets, allocator=(k == 0)) for k in range(args.steps)]
-                model.zero_grad(set_to_none=True)
-                pred = replay.predicted
-                wall = statistics.median(r.wall_time for r in runs[1:])
-                measured_peak = runs[0].peak["gpu0"]
-                rows.append({
-                    "model": name, "budget_fraction": frac, "solver": solver, "status": "ok",
-                    "budget_bytes": cluster.device("gpu0").memory,
-                    "predicted_peak_bytes": pred.peak["gpu0"], "measured_peak_bytes": measured_peak,
-                    "peak_error": measured_peak / pred.peak["gpu0"] - 1,
-                    "allocator_peak_all_devices_bytes": runs[0].allocator_peak.get("cpu", ""),
-                    "predicted_total_peak_bytes": sum(pred.peak.values()),
-                    "predicted_step_s": pred.makespan, "measured_step_s": wall,
-                    "time_error": wall / pred.makespan - 1,
-                    "recomputed": pred.recomputed, "swap_out_bytes": pred.swap_out_bytes,
-                })
-                r = rows[-1]
-                print(f"{name:12s} {frac:4.2f} {solver:10s} peak {r['predicted_peak_bytes']:>9d} -> "
-                      f"{r['measured_peak_bytes']:>9d} ({r['peak_error']:+.1%})  step {r['predicted_step_s']*1e3:8.2f}"
-                      f" ms -> {r['measured_step_s']*1e3:8.2f} ms ({r['time_error']:+.1%})", file=sys.stderr)
-    keys = sorted({k for r in rows for k in r}, key=lambda k: list(rows[0]).index(k) if k in rows[0] else 99)
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w", newline="") as f:
-        f.write(f"# device: {device} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores); "
+        for size in args.sizes.split(","):
+            torch.manual_seed(0)
+            ex = BUILTIN[name](**(BENCH_SIZES[name] if size == "bench" else {}))
+            model = ex["model"].to(device)
+            inputs = tuple(t.to(device) for t in ex["inputs"])
+            targets = tuple(t.to(device) for t in ex["targets"])
+            step, graph = capture_step(model, inputs, ex["loss_fn"], targets=targets)
+            graph = measure_costs(model, step, graph, inputs, targets, device=device)
+            if not args.cuda:
+                graph = cpu_costs(graph)
+            big = single_accelerator(2**40, bandwidth=bandwidth, latency=latency)
+            keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
+            for frac in map(float, args.fractions.split(",")):
+                cluster = single_accelerator(int(keep * frac), bandwidth=bandwidth, latency=latency)
+                for solver in args.solvers.split(","):
+                    row = {"model": name, "size": size, "nodes": len(graph.nodes), "budget_fraction": frac,
+                           "solver": solver,
+                           "keep_everything_replay_s": graph.meta["capture"]["replay"]["step_s"],
+                           "outside_instructions_s": graph.meta["capture"]["replay"]["outside_s"]}
+                    try:
+                        schedule = solve(graph, cluster, solver, time_limit=args.time_limit)
+                    except InfeasibleError:
+                        rows.append({**row, "status": "infeasible"})
+                        continue
+                    with Replayer(model, step, graph, cluster, schedule) as replay:
+                        first, _ = _step(replay, model, inputs, targets, allocator=True)
+                        timed = [_step(replay, model, inputs, targets, allocator=False)
+                                 for _ in range(args.steps - 1)]
+                    model.zero_grad(set_to_none=True)
+                    pred = replay.predicted
+                    walls = [r.wall_time for r, _ in timed]
+                    wall = statistics.median(walls)
+                    measured_peak = first.peak["gpu0"]
+                    rows.append({
+                        **row, "status": "ok", "load_1min": os.getloadavg()[0],
+                        "budget_bytes": cluster.device("gpu0").memory,
+                        "predicted_peak_bytes": pred.peak["gpu0"], "measured_peak_bytes": measured_peak,
+                        "peak_error": measured_peak / pred.peak["gpu0"] - 1,
+                        "allocator_peak_all_devices_bytes": first.allocator_peak.get("cuda:0" if args.cuda else "cpu",
+                                                                                     ""),
+                        "predicted_total_peak_bytes": sum(pred.peak.values()),
+                        "predicted_step_s": pred.makespan, "measured_step_s": wall,
+                        "measured_step_min_s": min(walls), "time_error": wall / pred.makespan - 1,
+                        "waited_for_core_s": statistics.median(waited for _, waited in timed),
+                        "recomputed": pred.recomputed,
+                        "copies": sum(isinstance(x, Copy) for x in schedule.instructions),
+                        "swap_out_bytes": pred.swap_out_bytes,
+                    })
+                    r = rows[-1]
+                    print(f"{name:11s} {size:7s} {frac:4.2f} {solver:9s} peak {r['predicted_peak_bytes']:>9d} -> "
+                          f"{r['measured_peak_bytes']:>9d} ({r['peak_error']:+.1%})  step "
+                          f"{r['predicted_step_s'] * 1e3:8.2f} ms -> {wall * 1e3:8.2f} ms ({r['time_error']:+.1%}; "
+                          f"fastest {min(walls) * 1e3:.2f}; waited for a core {r['waited_for_core_s'] * 1e3:.2f} ms)",
+                          file=sys.stderr)
+    keys = list(dict.fromkeys(k for r in sorted(rows, key=lambda r: r["status"] != "ok") for k in r))
+    os.makedirs(os.path.dirname(output), exist_ok=True)
+    with open(output, "w", newline="") as f:
+        f.write(f"# device: {device} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+                f"{torch.get_num_threads()} torch threads); load average (1, 5, 15 min) at start {load_start}, "
+                f"at end {_load()}; link {bandwidth:.4g} B/s, {latency:.3g} s latency (measured); "
                 f"torch {torch.__version__}; command: python experiments/bench_execute.py "
                 f"{' '.join(argv or sys.argv[1:])}\n")
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
-    print(f"wrote {args.output}", file=sys.stderr)
+    print(f"wrote {output}", file=sys.stderr)
     return 0
 
 
