@@ -318,12 +318,16 @@ class Replayer:
             del self.env[d][v]
             self._drop_stash(d, v)
         self.level[d] -= t.untyped_storage().nbytes()
-        for s in self.readers.get((d, v), ()):
-            t.record_stream(s)
+        readers = self.readers.get((d, v), ())
+        for s in readers:
+            if not isinstance(s, Future):
+                t.record_stream(s)
         if not gens:
             self.readers.pop((d, v), None)
         if self.cuda and t.device.type == "cpu" and t.is_pinned():
-            self.pinned.setdefault((tuple(t.shape), t.stride(), t.dtype), []).append((t, ev))
+            # refilled only once the copy that filled it and every CPU copy reading it are done
+            waits = [ev, *(s for s in readers if isinstance(s, Future))]
+            self.pinned.setdefault((tuple(t.shape), t.stride(), t.dtype), []).append((t, waits))
 
     @staticmethod
     def _recorded(stream):
@@ -396,6 +400,8 @@ class Replayer:
                 pool = self.pools[link] = ThreadPoolExecutor(1, thread_name_prefix=f"optsched-copy {link}")
             done = pool.submit(_copy_into, t, src, ev)
             self.pending.append(done)
+            if self.cuda and src.is_pinned():   # a pinned host buffer, reused for later copies from CUDA
+                self.readers.setdefault((a, v), set()).add(done)
             self._put(b, v, t, done)
             return
         stream = self.streams.get(link)
@@ -417,9 +423,9 @@ class Replayer:
     def _pinned_like(self, src: torch.Tensor) -> torch.Tensor:
         pool = self.pinned.get((tuple(src.shape), src.stride(), src.dtype))
         while pool:
-            t, ev = pool.pop()
-            if ev is not None:
-                ev.synchronize()
+            t, waits = pool.pop()
+            for ev in waits:
+                _host_wait(ev)
             return t
         return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, pin_memory=True)
 
