@@ -31,7 +31,6 @@ import platform
 import statistics
 import sys
 import threading
-from dataclasses import replace
 
 import torch
 
@@ -39,8 +38,7 @@ from optsched.capture import capture_step
 from optsched.capture.models import BUILTIN
 from optsched.cluster import single_accelerator
 from optsched.errors import InfeasibleError
-from optsched.execute import Replayer, measure_copy, measure_costs
-from optsched.graph import Graph
+from optsched.execute import Replayer, cpu_as_accelerator, measure_copy, measure_costs
 from optsched.schedule import Copy
 from optsched.simulate import simulate
 from optsched.solvers import solve
@@ -50,12 +48,6 @@ RESULTS = os.path.join(os.path.dirname(__file__), "results")
 BENCH_SIZES = {"mlp": {"batch": 128, "width": 1024}, "cnn": {"batch": 32, "width": 32},
                "transformer": {"batch": 4, "seq": 128, "d": 256}, "gpt2": {"batch": 4, "seq": 128, "d": 256},
                "bert": {"batch": 4, "seq": 128, "d": 256}}
-
-
-def cpu_costs(graph: Graph) -> Graph:
-    """The accelerator runs at this CPU's measured speed; the host only holds swapped tensors."""
-    nodes = tuple(replace(n, cost={"cuda": n.cost["cpu"]}) for n in graph.nodes)
-    return Graph(nodes, graph.name, graph.meta)
 
 
 def _load() -> str:
@@ -115,7 +107,7 @@ def main(argv=None) -> int:
             step, graph = capture_step(model, inputs, ex["loss_fn"], targets=targets)
             graph = measure_costs(model, step, graph, inputs, targets, device=device)
             if not args.cuda:
-                graph = cpu_costs(graph)
+                graph = cpu_as_accelerator(graph)
             big = single_accelerator(2**40, bandwidth=bandwidth, latency=latency)
             keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
             for frac in map(float, args.fractions.split(",")):

@@ -24,8 +24,8 @@ from ..graph import Graph
 from ..schedule import Schedule
 from .replay import ExecuteError, Replayer, StepStats, check_match, device_map, measure_copy
 
-__all__ = ["compile", "execute", "measure_costs", "measure_copy", "TrainStep", "Replayer", "StepStats",
-           "ExecuteError", "device_map", "check_match"]
+__all__ = ["compile", "execute", "measure_costs", "measure_copy", "cpu_as_accelerator", "TrainStep", "Replayer",
+           "StepStats", "ExecuteError", "device_map", "check_match"]
 
 
 def _cluster(mem, cluster: Cluster | None) -> Cluster:
@@ -136,3 +136,10 @@ def measure_costs(model, step, graph: Graph, inputs, targets=(), *, device: str 
                        "outside_s": statistics.median(stats.wall_time - sum(stats.op_times.values())
                                                       for _, stats in samples)}}
     return Graph(nodes, graph.name, {**graph.meta, "capture": info})
+
+
+def cpu_as_accelerator(graph: Graph) -> Graph:
+    """For a replay on the CPU alone: the accelerator ("cuda" kind) gets the CPU's costs (as `measure_costs`
+    measured them) and the host only holds swapped tensors, since its computations would share the one compute
+    thread, which the simulator would count as running in parallel."""
+    return Graph(tuple(replace(n, cost={"cuda": n.cost["cpu"]}) for n in graph.nodes), graph.name, graph.meta)
