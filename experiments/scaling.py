@@ -1,10 +1,13 @@
 """Solver scaling: solve time and final gap against graph size for the MILP
-started three ways (cold: `params={"warm": False}`; default: its own
-warm-start candidates, the baselines and the heuristic; user: the heuristic's
-schedule as `SolveOptions.warm_start`), and the heuristic's time up to 100k
-nodes. Random training graphs (`optsched.generate`), one accelerator plus the
-host, budget a fraction of keep-everything's peak; every schedule checked by
-the simulator (the rows come from `optsched.compare.run_solver`).
+started four ways (cold: `params={"warm": False}`; default: its own
+warm-start candidates, the baselines and the heuristic; coarsened:
+`params={"coarsen": True}`, chains of cheap operations folded first; user:
+the heuristic's schedule as `SolveOptions.warm_start`), and the heuristic's
+time up to 100k nodes. Random training graphs (`optsched.generate`, which have
+no foldable chains) and two captured ones (transformer, GPT-2, which do), one
+accelerator plus the host, budget a fraction of keep-everything's peak; every
+schedule checked by the simulator (the rows come from
+`optsched.compare.run_solver`).
 
     .venv/bin/python experiments/scaling.py [--time-limit 10] [--quick]
 
@@ -41,19 +44,36 @@ def problem(n_forward: int, frac: float):
     return g, single_accelerator(int(frac * peak)), peak
 
 
-def milp_rows(sizes, frac, options):
+def captured_problems(frac):
+    """Captured training graphs (roofline costs), where chains of cheap operations fold; skipped without torch."""
+    try:
+        from experiments.bench_milp import CAPTURED, captured
+        graphs = [captured(name, builder, kw) for name, builder, kw in CAPTURED if name in ("transformer", "gpt2")]
+    except ImportError as e:
+        print(f"captured graphs skipped: {e}", file=sys.stderr)
+        return []
+    out = []
+    for g in graphs:
+        peak = run_solver(g, single_accelerator(2**62), "keep-everything").result.peak["gpu0"]
+        out.append((g.name, g, single_accelerator(int(frac * peak))))
+    return out
+
+
+def milp_rows(sizes, frac, options, extra_problems=()):
     rows = []
-    for n in sizes:
-        g, cl, peak = problem(n, frac)
+    problems = [(f"random-{n}", *problem(n, frac)[:2]) for n in sizes] + list(extra_problems)
+    for name, g, cl in problems:
         base = reference_time(g, cl)
         heur = run_solver(g, cl, "heuristic", options, base)
-        starts = {"cold": replace(options, params={"warm": False}), "default": options}
+        starts = {"cold": replace(options, params={"warm": False}), "default": options,
+                  "coarsened": replace(options, params={"coarsen": True})}
         if heur.schedule is not None:
             starts["user: heuristic"] = replace(options, warm_start=heur.schedule)
         for start, opts in starts.items():
             run = run_solver(g, cl, "milp", opts, base)
             extra = run.schedule.report.extra if run.schedule is not None and run.schedule.report else {}
-            rows.append({"nodes": len(g), "edges": g.num_edges, "budget_fraction": frac, "start": start,
+            rows.append({"graph": name, "nodes": len(g), "edges": g.num_edges, "budget_fraction": frac,
+                         "start": start, "coarse_nodes": extra.get("coarse_nodes", ""),
                          "heuristic_step_time_s": heur.row["step_time_s"], "warm_start": extra.get("warm_start", ""),
                          **{k: run.row[k] for k in ("status", "valid", "step_time_s", "overhead", "bound_s", "gap",
                                                     "solve_s", "message")}})
@@ -85,10 +105,13 @@ def main() -> None:
     options = SolveOptions(time_limit=args.time_limit, threads=1)
     t0 = time.perf_counter()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(milp_rows(milp_sizes, args.budget, options)).to_csv(RESULTS / "scaling_milp.csv", index=False)
+    extra = [] if args.quick else captured_problems(args.budget)
+    pd.DataFrame(milp_rows(milp_sizes, args.budget, options, extra)).to_csv(RESULTS / "scaling_milp.csv",
+                                                                          index=False)
     pd.DataFrame(heuristic_rows(heur_sizes, args.budget)).to_csv(RESULTS / "scaling_heuristic.csv", index=False)
     meta = {"command": "python experiments/scaling.py " + " ".join(sys.argv[1:]), "milp_time_limit_s": args.time_limit,
-            "milp_threads": 1, "budget_fraction": args.budget, "graphs": "random_training_graph(n, seed=0)",
+            "milp_threads": 1, "budget_fraction": args.budget,
+            "graphs": "random_training_graph(n, seed=0); captured transformer and gpt2 (bench_milp sizes)",
             "cluster": "single_accelerator(budget): gpu0 + host (256 GB, may compute), 16 GB/s links",
             "wall_s": round(time.perf_counter() - t0, 1), "machine": machine()}
     (RESULTS / "scaling_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
