@@ -69,7 +69,6 @@ import sys
 import tempfile
 import time
 import types
-from dataclasses import replace
 
 import torch
 import torch._dynamo
@@ -80,7 +79,7 @@ from optsched.capture.models import BUILTIN
 from optsched.capture.trace import _WithLoss
 from optsched.cluster import single_accelerator
 from optsched.errors import InfeasibleError
-from optsched.execute import Replayer
+from optsched.execute import Replayer, cpu_as_accelerator
 from optsched.graph import Graph
 from optsched.solvers import solve
 
@@ -206,13 +205,6 @@ def _fresh(fn):
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
-def accelerator_only(graph: Graph) -> Graph:
-    """Op costs profiled on this CPU, runnable on the accelerator alone: the host is swap space, not a second
-    processor (both are the same cores here)."""
-    nodes = tuple(replace(n, cost={"cuda": n.cost["cpu"]}) for n in graph.nodes)
-    return Graph(nodes, graph.name, graph.meta)
-
-
 def optsched_step(model, step, graph: Graph, inputs: tuple, targets: tuple, budget: int, solver: str, *,
                   bandwidth: float | None = None, time_limit: float = 30.0, steps: int = 5,
                   ref: dict | None = None) -> dict:
@@ -313,7 +305,7 @@ def run_model(name: str, args) -> list[dict]:
               f"{c['held'] / 1e6:.2f} MB), grad err {c['grad_err']:.1e}", file=sys.stderr)
 
     step, graph = capture_step(model, inputs, loss_fn, targets=targets, profile=True)
-    graph = accelerator_only(graph)
+    graph = cpu_as_accelerator(graph)
     bw = measure_cpu().bandwidth
     keep = optsched_step(model, step, graph, inputs, targets, 2**40, "keep-everything", bandwidth=bw, steps=1,
                          ref=eager)

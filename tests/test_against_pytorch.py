@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from optsched.capture import capture_step  # noqa: E402
 from optsched.capture.memory import eager_peak  # noqa: E402
+from optsched.execute import cpu_as_accelerator  # noqa: E402
 
 PATH = Path(__file__).resolve().parent.parent / "experiments" / "against_pytorch.py"
 
@@ -65,7 +66,7 @@ def test_optsched_at_matched_budget_stays_within_it(ap, runs):
     ex, eager, compiled = runs
     model, inputs, targets = ex["model"], ex["inputs"], ex["targets"]
     step, graph = capture_step(model, inputs, ex["loss_fn"], targets=targets)
-    graph = ap.accelerator_only(graph)
+    graph = cpu_as_accelerator(graph)
     budget = compiled[0.5]["peak"]
     r = ap.optsched_step(model, step, graph, inputs, targets, budget, "milp/recompute-only", time_limit=5, steps=2,
                          ref=eager)
