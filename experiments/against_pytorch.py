@@ -48,7 +48,7 @@ What the measurements show (experiments/results/against_pytorch_cpu.csv):
 - The graph gives the secondary outputs of a multi-output op no cost, but the replay reruns the whole op to get
   one back: recompute-only schedules of the cnn recompute batch-norm outputs 55-78 times, predicted free and
   measured to double the step. Scratch memory inside ops (convolution and matmul backward) is not in the graph,
-  so a schedule that fits the matched budget in the graph can exceed it measured (cnn, gpt2: up to 7%).
+  so a schedule that fits the matched budget in the graph can exceed it measured (cnn up to 15%, gpt2 up to 7%).
 - Within 30 s the recompute-only MILP on gpt2 (236 nodes) stops at the time limit with gaps of 45-79% below the
   PyTorch peaks, and its schedules vary from run to run.
 
