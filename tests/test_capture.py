@@ -112,6 +112,9 @@ def test_builtin_structure(name):
     second = {n.id for n in g.nodes if n.inputs and ids[n.inputs[0]].op == n.op}
     assert all(n.cost["cuda"] > 0 and n.cost["cpu"] > 0 for n in g.nodes
                if n.kind not in ("param", "input") and n.id not in second)
+    # ... and are never recomputed alone (that would rerun the whole op at no modelled cost)
+    free = [n for n in g.nodes if n.kind not in ("param", "input") and n.cost["cuda"] == 0]
+    assert all(n.id in second and not n.recomputable for n in free)
 
 
 class ViewsAndInPlace(nn.Module):
