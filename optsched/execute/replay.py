@@ -430,10 +430,12 @@ class Replayer:
         return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, pin_memory=True)
 
     def _sync(self) -> None:
-        wait(self.pending)   # every CPU copy ends, failed or not, before an error is raised
-        pending, self.pending = self.pending, []
-        for done in pending:
-            done.result()
+        """Wait for every copy and stream; nearly free when nothing is in flight (the MILP syncs after each stage)."""
+        if self.pending:
+            wait(self.pending)   # every CPU copy ends, failed or not, before an error is raised
+            pending, self.pending = self.pending, []
+            for done in pending:
+                done.result()
         if self.cuda:
             for d in {x for x in self.dev.values() if x.type == "cuda"}:
                 torch.cuda.synchronize(d)
