@@ -2,15 +2,17 @@
 
 Runs on the CPU here (every schedule device mapped to the CPU, so "gpu0" is a budgeted region of host memory),
 with one torch thread: the main thread computes while a copy worker thread per link copies, as a GPU's compute
-and copy streams would. Op costs are measured inside the replay of the keep-everything schedule
-(`optsched.execute.measure_costs`, so the executor's dispatch overhead is part of each op) and the link's bandwidth
-and latency are those of the replay's own copies (`measure_copy`), so the simulator predicts this machine's step
-time, except the part of a step outside the schedule's instructions (gradients handed to `.grad`, the last
-frees), given per model as outside_instructions_s (measured once, in the keep-everything replay);
-time_error compares with the simulator's makespan alone, time_error_with_outside with makespan + that part.
-Only the accelerator may compute: the host's computations
-would share the one compute thread, which the simulator would count as parallel. Each model runs at its small
-default size (overhead-dominated) and at a bench size where the ops dominate.
+and copy streams would. Freed memory is kept for reuse (`keep_freed_cpu_memory`), as a GPU's caching allocator
+does. Op costs are measured inside the replay of the keep-everything schedule (`optsched.execute.measure_costs`,
+so the executor's dispatch overhead is part of each op); the link's bandwidth and latency are those of the
+replay's own copies (`measure_copy`), and its `issue` what handing a copy to the link's worker costs the compute
+thread (`measure_copy_issue`; the solvers plan without it, as the MILP's time model has no such term, and the
+simulator's prediction counts it). So the simulator predicts this machine's step time, except the part of a step
+outside the schedule's instructions (gradients handed to `.grad`, the last frees), given per model as
+outside_instructions_s (measured once, in the keep-everything replay); time_error compares with the simulator's
+makespan alone, time_error_with_outside with makespan + that part. Only the accelerator may compute: the host's
+computations would share the one compute thread, which the simulator would count as parallel. Each model runs at
+its small default size (overhead-dominated) and at a bench size where the ops dominate.
 
 On a busy machine a step's wall time includes the time the main thread waits for a core, which the op costs
 (each the least of several runs) mostly leave out: each row gives the load and that wait (Linux schedstat), so a
@@ -38,7 +40,14 @@ from optsched.capture import capture_step
 from optsched.capture.models import BUILTIN
 from optsched.cluster import single_accelerator
 from optsched.errors import InfeasibleError
-from optsched.execute import Replayer, cpu_as_accelerator, keep_freed_cpu_memory, measure_copy, measure_costs
+from optsched.execute import (
+    Replayer,
+    cpu_as_accelerator,
+    keep_freed_cpu_memory,
+    measure_copy,
+    measure_copy_issue,
+    measure_costs,
+)
 from optsched.schedule import Copy
 from optsched.simulate import simulate
 from optsched.solvers import solve
@@ -91,7 +100,9 @@ def main(argv=None) -> int:
         keep_freed_cpu_memory()   # freed memory reused as by a GPU's caching allocator, not faulted in afresh
     load_start = _load()
     bandwidth, latency = measure_copy(device)
-    print(f"copy over the link: {bandwidth / 1e9:.2f} GB/s, {latency * 1e6:.1f} us latency", file=sys.stderr)
+    issue = measure_copy_issue(device)
+    print(f"copy over the link: {bandwidth / 1e9:.2f} GB/s, {latency * 1e6:.1f} us latency, {issue * 1e6:.1f} us of "
+          "the compute thread", file=sys.stderr)
     rows = []
     for name in args.models.split(","):
         if name in ("gpt2", "bert"):
@@ -112,14 +123,15 @@ def main(argv=None) -> int:
             big = single_accelerator(2**40, bandwidth=bandwidth, latency=latency)
             keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
             for frac in map(float, args.fractions.split(",")):
-                cluster = single_accelerator(int(keep * frac), bandwidth=bandwidth, latency=latency)
+                plan = single_accelerator(int(keep * frac), bandwidth=bandwidth, latency=latency)
+                cluster = single_accelerator(int(keep * frac), bandwidth=bandwidth, latency=latency, issue=issue)
                 for solver in args.solvers.split(","):
                     row = {"model": name, "size": size, "nodes": len(graph.nodes), "budget_fraction": frac,
                            "solver": solver,
                            "keep_everything_replay_s": graph.meta["capture"]["replay"]["step_s"],
                            "outside_instructions_s": graph.meta["capture"]["replay"]["outside_s"]}
                     try:
-                        schedule = solve(graph, cluster, solver, time_limit=args.time_limit)
+                        schedule = solve(graph, plan, solver, time_limit=args.time_limit)
                     except InfeasibleError:
                         rows.append({**row, "status": "infeasible"})
                         continue
@@ -162,7 +174,7 @@ def main(argv=None) -> int:
     with open(output, "w", newline="") as f:
         f.write(f"# device: {device} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                 f"{torch.get_num_threads()} torch threads); load average (1, 5, 15 min) at start {load_start}, "
-                f"at end {_load()}; link {bandwidth:.4g} B/s, {latency:.3g} s latency (measured); "
+                f"at end {_load()}; link {bandwidth:.4g} B/s, {latency:.3g} s latency, {issue:.3g} s issue (measured); "
                 f"torch {torch.__version__}; command: python experiments/bench_execute.py "
                 f"{' '.join(argv or sys.argv[1:])}\n")
         w = csv.DictWriter(f, fieldnames=keys)

@@ -2,7 +2,11 @@
 
 A node's time on a device is `node.cost[device.kind] / device.speed`. A copy of
 `b` bytes over a link takes `latency + b / bandwidth`. Each device has one
-compute stream and each directed link one copy stream (DESIGN.md).
+compute stream and each directed link one copy stream (DESIGN.md). A link's
+`issue` is the time each copy also takes from the compute streams of its ends:
+the thread that runs their computations hands the copy over. Zero for CUDA,
+whose host thread runs ahead of the GPU; on a CPU replay, where one thread
+computes and wakes a copy worker, `execute.measure_copy_issue` measures it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Link:
     dst: str
     bandwidth: float    # bytes per second
     latency: float = 0.0
+    issue: float = 0.0  # seconds of each end's compute stream per copy
 
     def time(self, nbytes: int) -> float:
         return self.latency + nbytes / self.bandwidth
@@ -67,15 +72,15 @@ class Cluster:
 
 def single_accelerator(memory: int, *, host_memory: int = DEFAULT_HOST_MEMORY,
                        bandwidth: float = DEFAULT_PCIE_BANDWIDTH, latency: float = DEFAULT_PCIE_LATENCY,
-                       gpus: int = 1) -> Cluster:
+                       gpus: int = 1, issue: float = 0.0) -> Cluster:
     """What `--mem 16GB` means: `gpus` accelerators with that budget each, plus
     the host (RAM as swap space; it may compute too), joined by PCIe both ways."""
     devices = [Device(f"gpu{i}", "cuda", int(memory)) for i in range(gpus)]
     devices.append(Device("host", "cpu", int(host_memory)))
     links = []
     for d in devices[:-1]:
-        links.append(Link(d.name, "host", bandwidth, latency))
-        links.append(Link("host", d.name, bandwidth, latency))
+        links.append(Link(d.name, "host", bandwidth, latency, issue))
+        links.append(Link("host", d.name, bandwidth, latency, issue))
     return check_cluster(Cluster(tuple(devices), tuple(links)))
 
 
@@ -111,4 +116,6 @@ def check_cluster(cluster: Cluster) -> Cluster:
             raise ClusterError(f"link {lk.src}->{lk.dst}: bandwidth must be positive", field="bandwidth")
         if not (math.isfinite(lk.latency) and lk.latency >= 0):
             raise ClusterError(f"link {lk.src}->{lk.dst}: latency must be non-negative", field="latency")
+        if not (math.isfinite(lk.issue) and lk.issue >= 0):
+            raise ClusterError(f"link {lk.src}->{lk.dst}: issue must be non-negative", field="issue")
     return cluster

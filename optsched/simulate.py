@@ -7,6 +7,9 @@ its time and memory under the stream semantics of DESIGN.md.
 - `compute v @ d` allocates v's bytes and workspace on d when it starts and
   releases the workspace when it ends; `copy v a->b` allocates on b when it
   starts; `free v @ d` releases v once every earlier reader of v on d is done.
+- A copy over a link with an `issue` time also holds the compute streams of
+  both ends for that long: the next computation in list order on each starts
+  that much later (the thread that computes hands the copy over).
 - Residency is checked in list order: an input must have been computed or
   copied onto the device by an earlier instruction and not freed since.
 - A `free` after a `sync` releases no earlier than the barrier.
@@ -231,6 +234,9 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
             ready[kd] = e
             last_read[kd] = e
             link_free[li] = e
+            if lk.issue:
+                comp_free[sd] += lk.issue
+                comp_free[dd] += lk.issue
             transfer_time += dur
             transfer_bytes += nbytes[v]
             if accel[sd] and not accel[dd]:

@@ -32,17 +32,18 @@ def test_single_accelerator_shape():
     for src, dst in (("gpu0", "host"), ("host", "gpu0")):
         lk = c.link(src, dst)
         assert lk is not None
-        assert lk.bandwidth == DEFAULT_PCIE_BANDWIDTH and lk.latency == DEFAULT_PCIE_LATENCY
+        assert lk.bandwidth == DEFAULT_PCIE_BANDWIDTH and lk.latency == DEFAULT_PCIE_LATENCY and lk.issue == 0.0
     assert len(c.links) == 2
 
 
 def test_single_accelerator_several_gpus():
-    c = single_accelerator(10**9, gpus=3, host_memory=5, bandwidth=1e10, latency=0.0)
+    c = single_accelerator(10**9, gpus=3, host_memory=5, bandwidth=1e10, latency=0.0, issue=6e-5)
     assert [d.name for d in c.accelerators] == ["gpu0", "gpu1", "gpu2"]
     assert c.device("host").memory == 5
     assert len(c.links) == 6
     assert c.link("gpu0", "gpu1") is None          # GPUs talk through the host only
     assert c.link("gpu2", "host").bandwidth == 1e10
+    assert all(lk.issue == 6e-5 for lk in c.links)
 
 
 def test_lookup_indexes():
@@ -76,6 +77,8 @@ def dev(name="g", kind="cuda", memory=10, speed=1.0):
     (Cluster((dev("a"), dev("b")), (Link("a", "b", math.inf),)), "bandwidth", "bandwidth"),
     (Cluster((dev("a"), dev("b")), (Link("a", "b", 1e9, -1e-6),)), "latency", "latency"),
     (Cluster((dev("a"), dev("b")), (Link("a", "b", 1e9, math.nan),)), "latency", "latency"),
+    (Cluster((dev("a"), dev("b")), (Link("a", "b", 1e9, 0.0, -1e-6),)), "issue", "issue"),
+    (Cluster((dev("a"), dev("b")), (Link("a", "b", 1e9, 0.0, math.inf),)), "issue", "issue"),
 ])
 def test_check_cluster_rejects(cluster, field, match):
     with pytest.raises(ClusterError, match=match) as info:

@@ -25,6 +25,7 @@ from optsched.execute import (  # noqa: E402
     execute,
     keep_freed_cpu_memory,
     measure_copy,
+    measure_copy_issue,
     measure_costs,
 )
 from optsched.execute import replay as replay_module  # noqa: E402
@@ -279,6 +280,7 @@ def test_measure_costs_replaces_one_kind():
         assert torch.equal(v, before[k]), k
     bandwidth, latency = measure_copy()
     assert bandwidth > 0 and latency >= 0
+    assert 0 <= measure_copy_issue(gap=2e-5, copies=5, runs=2) < 0.1
 
 
 def test_keep_freed_cpu_memory():

@@ -130,6 +130,22 @@ def test_link_latency_plus_bytes_over_bandwidth():
     assert r.transfer_time == 1.25 and r.makespan == 1.25
 
 
+def test_copy_issue_holds_both_ends_compute_streams():
+    """A link's issue time delays the next computation in list order on each end, not the copy itself."""
+    g = graph(node("a", cost=1.0, bytes=1000), node("b", ["a"], cost=1.0, bytes=10, required=True),
+              node("c", cost={"cuda": 1.0, "cpu": 1.0}, bytes=10, required=True))
+    lk = [Link("gpu", "host", 1000.0, 0.25, issue=0.5), Link("host", "gpu", 1000.0, 0.25, issue=0.5)]
+    c = Cluster((Device("gpu", "cuda", BIG), Device("host", "cpu", BIG)), tuple(lk))
+    r = ok(g, c, Compute("a", "gpu"), Copy("a", "gpu", "host"), Compute("b", "gpu"), Compute("c", "host"))
+    assert r.start[1] == 1.0 and r.end[1] == 2.25           # the copy: latency + bytes / bandwidth, as before
+    assert r.start[2] == 1.5 and r.end[2] == 2.5            # b waits for the gpu's issue of the copy
+    assert r.start[3] == 0.5 and r.end[3] == 1.5            # so does the host's first computation
+    assert r.makespan == 2.5 and r.busy == {"gpu": 2.0, "host": 1.0}
+    plain = ok(g, cluster(bw=1000.0, lat=0.25), *(Compute("a", "gpu"), Copy("a", "gpu", "host"),
+                                                    Compute("b", "gpu"), Compute("c", "host")))
+    assert plain.start[2] == 1.0 and plain.makespan == 2.25
+
+
 def test_recompute_is_counted_as_recompute():
     g = graph(node("a", cost=1.0, bytes=10), node("b", ["a"], cost=2.0, bytes=10, required=True))
     r = ok(g, cluster(), Compute("a", "gpu"), Free("a", "gpu"), Compute("a", "gpu"), Compute("b", "gpu"),

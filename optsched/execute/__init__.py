@@ -9,7 +9,8 @@ The schedule is solved once (or loaded) and replayed every step; `step.last`
 holds the measured peak and wall time of the latest step beside the
 simulator's prediction. `measure_costs` times each operation inside the
 replay, so a prediction made with those costs includes the executor's own
-overhead; `measure_copy` does the same for a link.
+overhead; `measure_copy` does the same for a link, and `measure_copy_issue` for what a copy costs the thread
+that computes.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from ..cluster import Cluster, check_cluster, single_accelerator
 from ..errors import OptschedError
 from ..graph import Graph
 from ..schedule import Schedule
-from .replay import ExecuteError, Replayer, StepStats, check_match, device_map, measure_copy
+from .replay import ExecuteError, Replayer, StepStats, check_match, device_map, measure_copy, measure_copy_issue
 
-__all__ = ["compile", "execute", "measure_costs", "measure_copy", "cpu_as_accelerator", "keep_freed_cpu_memory",
-           "TrainStep", "Replayer", "StepStats", "ExecuteError", "device_map", "check_match"]
+__all__ = ["compile", "execute", "measure_costs", "measure_copy", "measure_copy_issue", "cpu_as_accelerator",
+           "keep_freed_cpu_memory", "TrainStep", "Replayer", "StepStats", "ExecuteError", "device_map", "check_match"]
 
 
 def _cluster(mem, cluster: Cluster | None) -> Cluster:

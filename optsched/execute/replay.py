@@ -36,6 +36,7 @@ on CUDA, `torch.cuda.max_memory_allocated`; on CPU the allocator's own peak
 from __future__ import annotations
 
 import operator
+import statistics
 import time
 import weakref
 from collections.abc import Mapping
@@ -157,6 +158,41 @@ def measure_copy(device: str = "cpu", sizes: tuple[int, int] = (2**12, 2**22), r
     t_small, t_big = seconds(small), seconds(big)
     bandwidth = (big - small) / max(t_big - t_small, 1e-12)
     return bandwidth, max(t_small - small / bandwidth, 0.0)
+
+
+def measure_copy_issue(device: str = "cpu", gap: float = 2e-4, copies: int = 40, runs: int = 9) -> float:
+    """Seconds of the compute thread each copy costs (`Link.issue`): 0 on CUDA, whose host thread runs ahead of
+    the GPU; on the CPU what handing a copy to a link's worker costs the main thread that computes.
+
+    More than the call: the main thread wakes the worker (on a virtual machine, an interrupt to an idle core) and
+    the worker takes the GIL from it to start and to finish the copy. Timed as the replay issues a copy (a fresh
+    tensor, the worker's `_copy_into`) every `gap` seconds of small operations on the main thread, against the
+    same operations without the copies. The cost grows with the gap, as the idle core sleeps deeper: on the 2-core
+    machine here 50 us at 10 us apart, 90 at 0.2 ms, 100-120 at 0.7 ms, about the same from 4 KB to 1 MB. The
+    default gap is that of the bench's swapping schedules (copies 0.1-0.8 ms apart). Measured without it, a
+    transformer step with 41 copies ran 2.5 ms slower with them on the workers than made in turn on the main thread.
+    """
+    if torch.device(device).type == "cuda":
+        return 0.0
+    src, a, b = torch.ones(2**14), torch.ones(2**10), torch.ones(2**10)
+    per_op = _median_time(lambda: torch.add(a, b), 200)
+    ops = max(1, round(gap / max(per_op, 1e-9)))
+
+    def work(pool):
+        futures = []
+        for _ in range(copies):
+            if pool is not None:
+                futures.append(pool.submit(_copy_into, torch.empty_like(src), src, None))
+            for _ in range(ops):
+                torch.add(a, b)
+        for f in futures:
+            f.result()
+
+    with ThreadPoolExecutor(1, thread_name_prefix="optsched-copy measure") as pool:
+        # paired runs, so a change of machine speed meanwhile touches both alike
+        pairs = [(_median_time(lambda: work(pool), 1, 0), _median_time(lambda: work(None), 1, 0))
+                 for _ in range(runs + 1)][1:]
+    return max(0.0, statistics.median(w - wo for w, wo in pairs) / copies)
 
 
 def execution_order(graph: Graph, schedule: Schedule, sim: SimResult) -> list[int]:
