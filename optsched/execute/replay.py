@@ -5,8 +5,12 @@ The traced joint graph (`capture.trace.Step`) gives each node's ATen call.
 - `compute v @ d`: run v's op on d's torch device with its inputs resident
   there (views are re-derived from their storage owner when read, never
   stored); a parameter or data input is placed on d (no copy when it already
-  lives there); a multi-output op keeps the outputs the schedule computes next
-  in a stash, or reruns the op for an output whose stash is gone;
+  lives there); a multi-output op keeps, from its primary output's run, the
+  other outputs the schedule computes on d before that primary runs again, in
+  a stash the ledger counts (rerunning the op for each would cost a whole
+  batch-norm or convolution backward: 10-16 a step in the cnn's heuristic and
+  MILP schedules, which place the small secondaries apart), and reruns the op
+  only for an output whose stash went with its freed primary;
 - `copy v a->b`: a real copy (a clone when both map to one torch device, so
   memory behaves as on two devices); host-bound copies from CUDA go into
   pinned buffers reused across steps, on one CUDA stream per link; when both
@@ -296,23 +300,21 @@ class Replayer:
         self.close()
 
     def _plan_stash(self, schedule: Schedule) -> dict[int, list[str]]:
-        """For each compute of a multi-output primary: the other outputs computed on its device before any
-        other computation there (those are handed over from the same run)."""
+        """For each compute of a multi-output primary: the other outputs the schedule computes on its device
+        before the primary's next compute there (those are handed over from this run)."""
         plan: dict[int, list[str]] = {}
-        ins = schedule.instructions
-        for k, x in enumerate(ins):
+        last: dict[tuple[str, str], int] = {}   # (op, device) -> the primary's latest compute so far
+        for k, x in enumerate(schedule.instructions):
             if not isinstance(x, Compute) or x.node not in self.op_of:
                 continue
-            op = self.op_of[x.node]
-            if self.primary_of_op[op.name] != x.node:
-                continue
-            take = []
-            for y in ins[k + 1:]:
-                if isinstance(y, Compute) and y.device == x.device:
-                    if self.op_of.get(y.node) is not op or y.node == x.node or y.node in take:
-                        break
-                    take.append(y.node)
-            plan[k] = take
+            op = self.op_of[x.node].name
+            if self.primary_of_op[op] == x.node:
+                plan[k] = []
+                last[(op, x.device)] = k
+            elif (op, x.device) in last:
+                take = plan[last[(op, x.device)]]
+                if x.node not in take:
+                    take.append(x.node)
         return plan
 
     # -- values -----------------------------------------------------------------------------------------------------
@@ -415,8 +417,8 @@ class Replayer:
                     t = outs[self.index_of[v]]
                     if v == self.primary_of_op[op.name]:
                         self._drop_stash(d, v)
-                        # keep only the outputs the schedule computes right after this one: holding any other
-                        # would be memory the schedule does not count (the op runs again for it when asked)
+                        # keep the outputs the schedule computes from this run: held from now, not from their
+                        # own compute as the simulator counts them, but the op is not run again for each
                         rest = {o: outs[self.index_of[o]] for o in self.take_next.get(k, ())}
                         self.stash[d][v] = rest
                         self.level[d] += sum(x.untyped_storage().nbytes() for x in rest.values())
