@@ -14,9 +14,9 @@ makespan alone, time_error_with_outside with makespan + that part. Only the acce
 computations would share the one compute thread, which the simulator would count as parallel. Each model runs at
 its small default size (overhead-dominated) and at a bench size where the ops dominate.
 
-On a busy machine a step's wall time includes the time the main thread waits for a core, which the op costs
-(each the least of several runs) mostly leave out: each row gives the load and that wait (Linux schedstat), so a
-row whose main thread waited is known to be disturbed; only a quiet machine gives clean figures.
+On a busy machine a step's wall time includes the time the main thread waits for a core: each row gives the load
+and that wait (Linux schedstat), so a row whose main thread waited is known to be disturbed; only a quiet machine
+gives clean figures.
 
 On a CUDA machine pass --cuda: models on cuda:0, the "cuda" costs measured there with CUDA events, the
 device-to-host copy bandwidth measured, the host keeping its roofline costs, the allocator peak that of cuda:0.

@@ -90,13 +90,14 @@ def measure_costs(model, step, graph: Graph, inputs, targets=(), *, device: str 
                   warmup: int = 1) -> Graph:
     """The graph with `device`'s kind ("cpu" or "cuda") costed as the executor spends it.
 
-    Replays the keep-everything schedule on `device` `warmup + runs` times and gives each node the least of its
-    timed runs (`Replayer.run(timed=True)`: the op with the dispatch and bookkeeping before it). The least, not
-    the median: other processes only ever add time, and on a busy machine an op of a few milliseconds is
-    preempted in most runs, which the median keeps; undisturbed runs differ little, so the least reads low only
-    by that spread. `meta["capture"]["replay"]` keeps the median wall time of those steps and of the part of them
-    outside the instructions (handing gradients to `.grad`, the last frees), which no schedule can change and the
-    simulator does not count. The model's gradients, buffers and random state are left as they were.
+    Replays the keep-everything schedule on `device` `warmup + runs` times and gives each node the median of its
+    timed runs (`Replayer.run(timed=True)`: the op with the dispatch and bookkeeping before it). The median, not
+    the least: each op's least picks its luckiest run, so their sum undercuts every real step; on the 2-core CPU
+    the sum of the least read 3-17% below the median of later keep-everything steps at the bench sizes, the sum of
+    the medians -9 to +1%. Other processes only ever add time, so time on a quiet machine (a busy one preempts the
+    longer ops in most runs). `meta["capture"]["replay"]` keeps the median wall time of those steps and of the part
+    of them outside the instructions (handing gradients to `.grad`, the last frees), which no schedule can change
+    and the simulator does not count. The model's gradients, buffers and random state are left as they were.
     """
     import torch
 
@@ -130,7 +131,7 @@ def measure_costs(model, step, graph: Graph, inputs, targets=(), *, device: str 
     for _, stats in samples:
         for k, seconds in stats.op_times.items():
             times.setdefault(schedule.instructions[k].node, []).append(seconds)
-    nodes = tuple(replace(n, cost={**n.cost, kind: min(times[n.id])}) for n in graph.nodes)
+    nodes = tuple(replace(n, cost={**n.cost, kind: statistics.median(times[n.id])}) for n in graph.nodes)
     info = {**graph.meta["capture"], "cost": f"measured in replay ({kind})",
             "replay": {"device": str(dev), "runs": runs,
                        "step_s": statistics.median(stats.wall_time for _, stats in samples),
