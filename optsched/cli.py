@@ -206,7 +206,7 @@ def cmd_solve(args) -> int:
                         device=args.device, devices=args.devices, swap=not args.no_swap,
                         recompute=not args.no_recompute, write_model=args.write_model,
                         progress=_progress_printer(args.json or not sys.stderr.isatty()),
-                        params={"coarsen": True} if args.coarsen else {})
+                        params={k: True for k, on in (("coarsen", args.coarsen), ("instage", args.within_stage)) if on})
     if args.devices is not None and args.devices < 1:
         raise OptschedError("--devices must be at least 1")
     if args.plot:
@@ -559,6 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write-model", help="MILP: also write the model as .mps or .lp")
     p.add_argument("--coarsen", action="store_true",
                    help="MILP: fold chains of cheap operations first (a smaller model, no bound for the full graph)")
+    p.add_argument("--within-stage", action="store_true",
+                   help="MILP: track memory within each stage (Checkmate's exact count; a larger, slower model)")
     p.add_argument("--plot", help="write a figure of the schedule (streams over time, memory per device): "
                    ".png, .pdf, .svg")
     p.add_argument("--json", action="store_true")

@@ -173,12 +173,19 @@ def test_heuristic_solvers_through_cli(capsys, solver):
     assert s["valid"] and s["devices"][0]["peak_bytes"] <= 10**9 and s["overhead"] >= 0
 
 
-@pytest.mark.parametrize("solver", ["milp", "pulp"])
-def test_milp_through_cli(capsys, tmp_path, solver):
+def test_lp_rounding_through_cli(capsys):
+    code, out, err = run(capsys, "solve", "example:tiny", "--mem", "1.1MB", "--solver", "lp-rounding", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["valid"] and s["devices"][0]["peak_bytes"] <= 1_100_000 and s["solver"]["name"] == "lp-rounding"
+
+
+@pytest.mark.parametrize("solver,extra", [("milp", ()), ("pulp", ()), ("milp", ("--within-stage",))])
+def test_milp_through_cli(capsys, tmp_path, solver, extra):
     model = tmp_path / "model.lp"
     out_file = tmp_path / "s.json"
     code, out, err = run(capsys, "solve", "example:tiny", "--mem", "1.1MB", "--solver", solver, "--json",
-                         "--write-model", model, "-o", out_file)
+                         "--write-model", model, "-o", out_file, *extra)
     assert code == 0, err
     s = json.loads(out)
     assert s["valid"] and s["solver"]["status"] == "optimal"
@@ -186,6 +193,7 @@ def test_milp_through_cli(capsys, tmp_path, solver):
     assert s["solver"]["bound_s"] <= s["solver"]["objective_s"]
     assert s["devices"][0]["peak_bytes"] <= 1_100_000
     assert model.read_text().strip() and load_schedule(out_file).report.solver.startswith(solver)
+    assert (" F_0_" in model.read_text()) == bool(extra)     # the within-stage count's FREE columns
 
 
 def test_sweep_writes_table_and_figure(capsys, graph_file, tmp_path):

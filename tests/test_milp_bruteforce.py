@@ -17,16 +17,22 @@ from optsched.solvers.bruteforce import bruteforce
 CASES = [(n, seed, kind) for n in (3, 4, 5) for seed in range(4)
          for kind in ("one", "one-norecompute", "host-swap", "host-noswap", "two")]
 CASES += [(6, seed, "one") for seed in range(4)]
+# the within-stage memory count (Checkmate's FREE variables) against the same exhaustive search
+CASES += [(4, seed, kind + "-within") for seed in range(4) for kind in ("one", "host-swap", "two")]
+CASES += [(n, seed, "one-within") for n in (5, 6) for seed in range(4)]
 
 
 def _cluster(kind, mem):
+    within = kind.endswith("-within")
+    kind = kind.removesuffix("-within")
+    extra = {"params": {"instage": True}} if within else {}
     if kind.startswith("one"):
-        return one_gpu(mem), {}
+        return one_gpu(mem), extra
     if kind == "host-swap":
-        return gpu_host(mem), {}
+        return gpu_host(mem), extra
     if kind == "host-noswap":
-        return gpu_host(mem), {"swap": False}
-    return two_gpus(mem), {}
+        return gpu_host(mem), {"swap": False, **extra}
+    return two_gpus(mem), extra
 
 
 @pytest.mark.parametrize("n,seed,kind", CASES)

@@ -12,6 +12,7 @@ from .baselines import articulation, chen_greedy, chen_sqrt, keep_everything
 from .heuristics import dtr, heuristic, metf, offload_all
 from .milp import milp, pulp_cbc, pulp_solver
 from .options import SolveOptions
+from .rounding import lp_rounding
 
 SOLVERS = {
     "keep-everything": keep_everything,
@@ -22,6 +23,7 @@ SOLVERS = {
     "dtr": dtr,
     "heuristic": heuristic,
     "metf": metf,
+    "lp-rounding": lp_rounding,
     "milp": milp,
     "pulp": pulp_cbc,
 }

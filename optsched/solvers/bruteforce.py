@@ -5,8 +5,10 @@ Dynamic programming over the stages of the same `ModelSpec` the MILP uses
 model's meaning rather than from its matrix: the state at a stage boundary is
 what each device holds and which nodes were ever computed; a stage chooses
 each device's computations, each link's copies and what each device keeps.
-Cost = sum over stages of the slowest device or link. Exponential: graphs of
-up to about 6 nodes on 1-2 devices.
+Cost = sum over stages of the slowest device or link. Memory: the peak within
+the stage, each value released after its last use there unless kept or copied
+out (`spec.instage`), or the whole-stage sum. Exponential: graphs of up to
+about 6 nodes on 1-2 devices.
 """
 
 from __future__ import annotations
@@ -29,7 +31,25 @@ def _subsets(items):
 def spec_for(graph: Graph, cluster: Cluster, options: SolveOptions, order=None) -> ModelSpec:
     p = dict(options.params)
     return make_spec(graph, cluster, order=order, recompute=options.recompute, swap=options.swap,
-                     devices=options.devices, host_compute=p.get("host_compute", True), window=p.get("window"))
+                     devices=options.devices, host_compute=p.get("host_compute", True), window=p.get("window"),
+                     instage=p.get("instage", False))
+
+
+def _within_peak(held, comp, stay, ins, bytes_, ws) -> float:
+    """Peak bytes on a device during a stage that starts holding `held` and computes `comp` in stage order:
+    each value is released after its last use in the stage unless it stays (kept into the next stage, or
+    copied out during this one)."""
+    last = {}
+    for idx, k in enumerate(comp):
+        for i in ins[k]:
+            last[i] = idx
+        last[k] = idx
+    cur = peak = sum(bytes_[v] for v in held)
+    for idx, k in enumerate(comp):
+        cur += bytes_[k]
+        peak = max(peak, cur + ws[k])
+        cur -= sum(bytes_[i] for i, j in last.items() if j == idx and i not in stay)
+    return peak
 
 
 def bruteforce_optimum(spec: ModelSpec) -> float | None:
@@ -91,7 +111,7 @@ def bruteforce_optimum(spec: ModelSpec) -> float | None:
                         continue
                     over = False
                     for d in range(nD):
-                        if not spec.mem_row[d]:
+                        if not spec.mem_row[d] or spec.instage:
                             continue
                         held = res[d] | Rs[d] | incoming[d]
                         mem = sum(bytes_[v] for v in held) + max((ws[v] for v in Rs[d]), default=0.0)
@@ -100,6 +120,9 @@ def bruteforce_optimum(spec: ModelSpec) -> float | None:
                             break
                     if over:
                         continue
+                    out = [set() for _ in range(nD)]
+                    for k, (_, a, _b) in enumerate(spec.links):
+                        out[a] |= Cs[k]
                     loads = [sum(spec.ccost[d, v] for v in Rs[d]) for d in range(nD)]
                     loads += [sum(spec.lcost[k, v] for v in Cs[k]) for k in range(nL)]
                     c2 = cost + max(loads, default=0.0)
@@ -109,6 +132,11 @@ def bruteforce_optimum(spec: ModelSpec) -> float | None:
                                 if spec.s_lo[v] <= t + 1 <= spec.s_hi[v]]
                         keep_opts.append([frozenset(s) for s in _subsets(pool)])
                     for keep in product(*keep_opts):
+                        if spec.instage and any(
+                                spec.mem_row[d] and _within_peak(res[d] | incoming[d], sorted(Rs[d], key=order.index),
+                                                                 keep[d] | out[d], ins, bytes_, ws) > spec.budget[d]
+                                for d in range(nD)):
+                            continue
                         key = (tuple(keep), frozenset(done2))
                         if c2 < nxt.get(key, np.inf):
                             nxt[key] = c2

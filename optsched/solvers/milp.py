@@ -24,7 +24,14 @@ to several devices and links; all sets index-pruned, see `milp_model.py`):
   required results: sum_d S[d,T,v] >= 1.
 - Memory, per device and stage, conservative w.r.t. the simulator: bytes of
   all values resident at the stage start, computed there or copied in, plus
-  W[d,t] >= ws[v] R[d,t,v], <= budget.
+  W[d,t] >= ws[v] R[d,t,v], <= budget. Or, with params {"instage": True}
+  (CLI --within-stage), Checkmate's count within the stage: continuous
+  U[d,t,k] (bytes after computing k in stage order) and FREE[d,t,i,k] (i
+  released after k: its last use in the stage, not kept, not copied out),
+  U + ws[k] R[d,t,k] <= budget. Exact for the stage order, so a stage may hold
+  several recomputations without gap stages; but 2-3 times the rows, and its
+  LP is far slower (GPT-2, 236 nodes: 80-120 s against 1-4 s), so the
+  whole-stage count is the default.
 - Time: tau[t] >= sum_v cost(d,v) R[d,t,v] per device and >= sum_v
   time(l,v) C[l,t,v] per link; minimise sum_t tau[t].
 - Emission: per stage the copies, each device's computations, frees of what
@@ -48,7 +55,7 @@ Reductions and what they cost:
 - restrictions (may cost optimality against schedules outside the model):
   the fixed order itself (the graph's topological order, or the warm start's
   first-computation order); the stage barrier (no overlap across stages);
-  memory counted for a whole stage (Checkmate tracks it within the stage);
+  memory counted for a whole stage (unless "instage");
   the window K; required results are not recomputed after their window
   (they are kept once computed); a copy is usable only from the next stage.
 - `options.params`: {"window": K} overrides K; {"host_compute": False} keeps
@@ -61,7 +68,9 @@ Reductions and what they cost:
   none, e.g. when its root LP does not finish within the time limit.
 
 Warm start: every candidate (the baselines, the heuristic, m-ETF on several
-accelerators, or only `options.warm_start` when given) is staged over its own
+accelerators, the rounding of this model's LP relaxation (`rounding.py`,
+given at most a quarter of the time limit), or only `options.warm_start`
+when given) is staged over its own
 first-computation order (`milp_model.decisions_from_schedule`: copies, several
 devices, recomputations; the window K widens up to 8 when cross-device copies
 delay first computations), checked against the model's whole-stage memory
@@ -126,9 +135,12 @@ class MilpBug(RuntimeError):
 def _candidates(graph, cluster, options):
     """Valid schedules to warm-start from and fall back on: the baselines, then
     the heuristic (and m-ETF where there are several accelerators), which often
-    beat the baselines by using the host and other devices."""
+    beat the baselines by using the host and other devices, and the rounding of
+    the model's LP relaxation (`rounding.py`), which beats them all at tight
+    budgets."""
     from . import baselines as B
     from . import heuristics as H
+    from . import rounding
 
     fns = [getattr(B, nm) for nm in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, nm)]
     fns.append(H.heuristic)
@@ -136,12 +148,40 @@ def _candidates(graph, cluster, options):
         fns.append(H.metf)
     out = []
     for fn in fns:
-        try:
-            s = fn(graph, cluster, replace(options, warm_start=None, progress=None, params={}))
-        except OptschedError:
-            continue
-        out.append((fn.__name__.replace("_", "-"), s, simulate(graph, cluster, s)))
+        s = _candidate(graph, cluster, options, fn)
+        if s is not None:
+            out.append((fn.__name__.replace("_", "-"), s, simulate(graph, cluster, s)))
+    # the LP rounding costs an LP solve: only where it may start the MILP and the others leave room to gain
+    if options.recompute and options.warm_start is None and options.params.get("warm", True):
+        best = min((r.makespan for _, _, r in out if r.valid), default=np.inf)
+        if best > (1 + _ROOM) * _one_device_time(graph, cluster, options):
+            s = _candidate(graph, cluster, options, rounding.lp_rounding)
+            if s is not None:
+                out.append(("lp-rounding", s, simulate(graph, cluster, s)))
     return out
+
+
+_CANDIDATE_SHARE = 0.25   # of the time limit, at most, for one candidate (only lp-rounding runs that long)
+_ROOM = 0.01              # skip lp-rounding when a candidate is within 1% of keep-everything's one-device time
+
+
+def _candidate(graph, cluster, options, fn):
+    try:
+        return fn(graph, cluster, replace(options, warm_start=None, progress=None, params={},
+                                          time_limit=options.time_limit * _CANDIDATE_SHARE))
+    except OptschedError:
+        return None
+
+
+def _one_device_time(graph, cluster, options) -> float:
+    """Seconds of every operation once on the single-device solvers' device (no recomputation)."""
+    from .sequential import pick_device
+
+    try:
+        dev = pick_device(graph, cluster, options.device)
+    except OptschedError:
+        return np.inf
+    return float(np.nansum(graph.arrays.cost.get(dev.kind, np.zeros(1)))) / dev.speed
 
 
 _MAX_WINDOW = 8   # widest window a warm start may ask for (columns grow with it)
@@ -186,8 +226,9 @@ def _stage_over(graph, spec_of, sched, order, window, gaps):
     if over.any():
         d = int(np.flatnonzero(over.any(axis=1))[0])
         t = int(np.argmax(mem[d] - spec.budget[d]))
+        count = "within-stage" if spec.instage else "whole-stage"
         return spec, None, (f"stage {t} would hold {format_size(mem[d, t])} on {spec.dev_names[d]} "
-                            f"(budget {format_size(spec.budget[d])}) in the model's whole-stage memory count"), \
+                            f"(budget {format_size(spec.budget[d])}) in the model's {count} memory count"), \
             np.flatnonzero(over.any(axis=0))
     return spec, dec, "", None
 
@@ -223,7 +264,7 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
         if key not in specs:
             specs[key] = make_spec(graph, cluster, order=order, recompute=options.recompute, swap=options.swap,
                                    devices=options.devices, host_compute=p.get("host_compute", True),
-                                   window=window, gaps=gaps)
+                                   window=window, gaps=gaps, instage=p.get("instage", False))
         return specs[key]
 
     base = _candidates(graph, cluster, options)

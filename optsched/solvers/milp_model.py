@@ -51,6 +51,9 @@ class ModelSpec:
     required: np.ndarray
     in_ptr: np.ndarray
     in_idx: np.ndarray
+    out_ptr: np.ndarray
+    out_idx: np.ndarray
+    instage: bool = False    # memory tracked within the stage (Checkmate's FREE) rather than for the whole stage
     notes: dict = field(default_factory=dict)
 
     @property
@@ -64,7 +67,7 @@ class ModelSpec:
 
 def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = True, swap: bool = True,
               devices: int | None = None, host_compute: bool = True, window: int | None = None,
-              gaps=None) -> ModelSpec:
+              gaps=None, instage: bool = False) -> ModelSpec:
     """The stages and variable domains. `gaps[p]` extra stages go before the node of rank p: stages where only
     recomputations (and copies) happen, so that a schedule recomputing one value at a time is counted one
     computation per stage, as the simulator counts it, not all of them in the next node's stage."""
@@ -137,7 +140,8 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
     spec = ModelSpec(n=n, order=order, pos=pos, T=T, K=K, dev=dev, dev_names=[cluster.devices[i].name for i in dev],
                      links=links, ccost=ccost, lcost=lcost, nbytes=a.bytes.astype(np.float64),
                      ws=a.workspace.astype(np.float64), budget=budget, mem_row=mem_row, r_lo=r_lo, r_hi=r_hi,
-                     s_lo=s_lo, s_hi=s_hi, once=once, required=required, in_ptr=in_ptr, in_idx=in_idx)
+                     s_lo=s_lo, s_hi=s_hi, once=once, required=required, in_ptr=in_ptr, in_idx=in_idx,
+                     out_ptr=out_ptr, out_idx=out_idx, instage=instage)
     spec.notes["unrunnable"] = [a.ids[v] for v in np.flatnonzero(~runnable_any)]
     return spec
 
@@ -161,6 +165,7 @@ class MilpArrays:
     tau: np.ndarray          # (T,)
     W: np.ndarray            # (nD, T) or -1
     row_kind: list           # (first row, name) per block, for messages
+    within: dict = field(default_factory=dict)   # device -> within-stage memory index lists (U, FREE columns)
     names: np.ndarray | None = None
 
     @property
@@ -179,6 +184,12 @@ class MilpArrays:
         for (d, t), c in np.ndenumerate(self.W):
             if c >= 0:
                 names[c] = f"W_{d}_{t}"
+        for d, w in self.within.items():
+            t_, k_ = w["t"].tolist(), w["k"].tolist()
+            for e, c in enumerate(w["U"].tolist()):
+                names[c] = f"U_{d}_{t_[e]}_{k_[e]}"
+            for e, i, c in zip(w["fe"].tolist(), w["fi"].tolist(), w["F"].tolist(), strict=True):
+                names[c] = f"F_{d}_{t_[e]}_{i}_{k_[e]}"
         return names.tolist()
 
 
@@ -207,6 +218,107 @@ class _Rows:
         self.hi.append(np.broadcast_to(np.asarray(hi, dtype=np.float64), (nrows,)))
         self.kind.append((self.m, name))
         self.m += nrows
+
+
+def _within_entries(spec: ModelSpec, Rd: np.ndarray, Sd: np.ndarray) -> dict:
+    """Index lists of the within-stage memory model on one device: entries e = (t[e], k[e]), the possible
+    computations in stage order (t, then rank); and FREE candidates f = (entry fe[f], value fi[f]): after
+    computing k[fe], free fi (an input of k, or k itself) if that was its last use in the stage and it is
+    neither kept into the next stage nor copied out."""
+    rank = np.empty(spec.n, dtype=np.int64)
+    rank[spec.order] = np.arange(spec.n)
+    t_, k_ = np.nonzero(Rd >= 0)
+    o = np.lexsort((rank[k_], t_))
+    t_, k_ = t_[o], k_[o]
+    first = np.ones(t_.size, dtype=bool)
+    first[1:] = t_[1:] != t_[:-1]
+    deg = spec.in_ptr[k_ + 1] - spec.in_ptr[k_]
+    rep = np.repeat(np.arange(t_.size), deg)
+    offs = np.arange(rep.size) - np.repeat(np.cumsum(deg) - deg, deg)
+    fi = spec.in_idx[np.repeat(spec.in_ptr[k_], deg) + offs]
+    fe = np.concatenate([rep, np.arange(t_.size)])
+    fi = np.concatenate([fi, k_])
+    # an input that can be neither resident nor computed there never lets k run: no FREE for it
+    ok = (fi == k_[fe]) | (Sd[t_[fe], fi] >= 0) | (Rd[t_[fe], fi] >= 0)
+    fe, fi = fe[ok], fi[ok]
+    o = np.argsort(fe, kind="stable")
+    return {"t": t_, "k": k_, "first": first, "rank": rank, "fe": fe[o], "fi": fi[o]}
+
+
+def _memory_within(rows: _Rows, spec: ModelSpec, d: int, w: dict, R, S, C, cin: list[int]) -> None:
+    """Checkmate's within-stage memory accounting on device d (rows scaled by the budget):
+    U[e] >= what is resident at the stage start (kept, or copied in during the stage) + the outputs computed so
+    far in stage order - what FREE released after earlier computations; U[e] + workspace(k) R[e] <= 1.
+    FREE[f] <= R[e], <= 1 - S[d,t+1,i], <= 1 - R[d,t,j] for every later consumer j of i in the stage,
+    <= 1 - C[d->*,t,i]; and at most one FREE per value and stage, only where it is resident."""
+    scale = 1.0 / max(spec.budget[d], 1.0)
+    b = spec.nbytes * scale
+    T = spec.T
+    t_, k_, first, rank, fe, fi = w["t"], w["k"], w["first"], w["rank"], w["fe"], w["fi"]
+    U, F = w["U"], w["F"]
+    E = t_.size
+    Re = R[d, t_, k_]
+    # held at the start of each stage: S, and copies into d
+    held = [S[d, :T]] + [C[k] for k in cin]
+    st_t, st_c, st_v = [], [], []
+    for arr in held:
+        tt, vv = np.nonzero(arr >= 0)
+        st_t.append(tt)
+        st_c.append(arr[tt, vv])
+        st_v.append(b[vv])
+    st_t, st_c, st_v = np.concatenate(st_t), np.concatenate(st_c), np.concatenate(st_v)
+    # recurrence rows, one per entry
+    e_of_t = np.full(T, -1, dtype=np.int64)
+    e_of_t[t_[first]] = np.flatnonzero(first)
+    sel = e_of_t[st_t] >= 0
+    prev = np.flatnonzero(~first)
+    fprev = np.isin(fe, prev - 1)
+    rr = [np.arange(E), np.arange(E), e_of_t[st_t[sel]], prev, fe[fprev] + 1]
+    cc = [U, Re, st_c[sel], U[prev - 1], F[fprev]]
+    vv = [np.ones(E), -b[k_], -st_v[sel], -np.ones(prev.size), b[fi[fprev]]]
+    rows.block(f"memory-flow@{spec.dev_names[d]}", E, np.concatenate(rr), np.concatenate(cc), np.concatenate(vv),
+               0.0, np.inf)
+    rows.block(f"memory@{spec.dev_names[d]}", E, np.concatenate([np.arange(E), np.arange(E)]),
+               np.concatenate([U, Re]), np.concatenate([np.ones(E), spec.ws[k_] * scale]), -np.inf, 1.0 - MEM_SAFETY)
+    # stages without computations: what they hold at the start
+    empty = np.flatnonzero(e_of_t < 0)
+    if empty.size:
+        pick = np.isin(st_t, empty)
+        rows.block(f"memory-idle@{spec.dev_names[d]}", empty.size, np.searchsorted(empty, st_t[pick]),
+                   st_c[pick], st_v[pick], -np.inf, 1.0 - MEM_SAFETY)
+    # FREE bounds
+    m = fe.size
+    ar = np.arange(m)
+    tf, kf = t_[fe], k_[fe]
+    rows.block(f"free-computed@{spec.dev_names[d]}", m, np.concatenate([ar, ar]), np.concatenate([F, Re[fe]]),
+               np.concatenate([np.ones(m), -np.ones(m)]), -np.inf, 0.0)
+    nxt = S[d, tf + 1, fi]
+    has = nxt >= 0
+    rows.block(f"free-not-kept@{spec.dev_names[d]}", int(has.sum()), np.concatenate([np.arange(has.sum())] * 2),
+               np.concatenate([F[has], nxt[has]]), 1.0, -np.inf, 1.0)
+    deg = spec.out_ptr[fi + 1] - spec.out_ptr[fi]
+    rep = np.repeat(ar, deg)
+    offs = np.arange(rep.size) - np.repeat(np.cumsum(deg) - deg, deg)
+    j_ = spec.out_idx[np.repeat(spec.out_ptr[fi], deg) + offs]
+    later = (rank[j_] > rank[kf[rep]]) & (R[d, tf[rep], j_] >= 0)
+    rep, j_ = rep[later], j_[later]
+    rows.block(f"free-last-use@{spec.dev_names[d]}", rep.size, np.concatenate([np.arange(rep.size)] * 2),
+               np.concatenate([F[rep], R[d, tf[rep], j_]]), 1.0, -np.inf, 1.0)
+    for k, (_, a, _b) in enumerate(spec.links):
+        if a != d:
+            continue
+        out = C[k, tf, fi]
+        has = out >= 0
+        rows.block(f"free-not-copied@{spec.dev_names[d]}", int(has.sum()), np.concatenate([np.arange(has.sum())] * 2),
+                   np.concatenate([F[has], out[has]]), 1.0, -np.inf, 1.0)
+    # one FREE per value and stage, of a resident value
+    key = tf * spec.n + fi
+    uk, grp = np.unique(key, return_inverse=True)
+    gt, gi = uk // spec.n, uk % spec.n
+    g = np.arange(uk.size)
+    rows.block(f"free-once@{spec.dev_names[d]}", uk.size, np.concatenate([grp, g, g]),
+               np.concatenate([F, S[d, gt, gi], R[d, gt, gi]]),
+               np.concatenate([np.ones(m), -np.ones(uk.size), -np.ones(uk.size)]), -np.inf, 0.0)
 
 
 def build_model(spec: ModelSpec) -> MilpArrays:
@@ -243,9 +355,16 @@ def build_model(spec: ModelSpec) -> MilpArrays:
     ncol += T
     has_ws = spec.ws > 0
     Wmask = np.zeros((nD, T), dtype=bool)
-    if has_ws.any():
+    if has_ws.any() and not spec.instage:
         Wmask = spec.mem_row[:, None] & (Rmask[:, :, has_ws]).any(axis=2)
     W = alloc(Wmask)
+    within = {}
+    if spec.instage:
+        for d in np.flatnonzero(spec.mem_row).tolist():
+            w = _within_entries(spec, R[d], S[d])
+            w["U"] = alloc(np.ones(w["t"].size, dtype=bool))
+            w["F"] = alloc(np.ones(w["fe"].size, dtype=bool))
+            within[d] = w
     nbin = int(Rmask.sum() + Smask.sum() + Cmask.sum())
     cost = np.zeros(ncol)
     cost[tau] = 1.0
@@ -253,6 +372,8 @@ def build_model(spec: ModelSpec) -> MilpArrays:
     ub = np.ones(ncol)
     ub[tau] = inf
     ub[W[W >= 0]] = inf
+    for w in within.values():
+        ub[w["U"]] = inf
     integ = np.zeros(ncol, dtype=np.uint8)
     integ[:nbin] = 1
 
@@ -327,10 +448,13 @@ def build_model(spec: ModelSpec) -> MilpArrays:
     d_, j_ = np.nonzero(S[:, T, req] >= 0)
     rows.block("required", req.size, j_, S[d_, T, req[j_]], 1.0, 1.0, inf)
 
-    # 7. memory per device and stage (scaled by the budget): all that is resident at the
-    #    start, computed or copied in during the stage, plus the largest workspace.
+    # 7. memory per device and stage (scaled by the budget): within the stage (`_memory_within`), or all that is
+    #    resident at the start, computed or copied in during the stage, plus the largest workspace.
     for d in range(nD):
         if not spec.mem_row[d]:
+            continue
+        if spec.instage:
+            _memory_within(rows, spec, d, within[d], R, S, C, Cin[d])
             continue
         scale = 1.0 / max(spec.budget[d], 1.0)
         rr, cc, vv = [], [], []
@@ -372,7 +496,8 @@ def build_model(spec: ModelSpec) -> MilpArrays:
     return MilpArrays(spec=spec, ncol=ncol, cost=cost, lb=lb, ub=ub, integ=integ,
                       row_lo=np.concatenate(rows.lo).astype(np.float64),
                       row_hi=np.concatenate(rows.hi).astype(np.float64),
-                      start=start, index=c, value=v, R=R, S=S, C=C, tau=tau, W=W, row_kind=rows.kind)
+                      start=start, index=c, value=v, R=R, S=S, C=C, tau=tau, W=W, row_kind=rows.kind,
+                      within=within)
 
 
 def row_activity(model: MilpArrays, x: np.ndarray) -> np.ndarray:
@@ -444,6 +569,25 @@ def x_from_decisions(model: MilpArrays, dec: Decisions) -> np.ndarray | None:
             c = model.W[d, t]
             if c >= 0:
                 x[c] = (spec.ws * dec.R[d, t]).max(initial=0.0) / max(spec.budget[d], 1.0)
+    for d, w in model.within.items():
+        scale = 1.0 / max(spec.budget[d], 1.0)
+        start = _held_at_start(spec, dec, d).astype(np.float64) @ spec.nbytes * scale
+        freed = np.zeros((spec.T, spec.n), dtype=bool)          # freed[t, i]: released after its last use in t
+        at = np.full((spec.T, spec.n), -1, dtype=np.int64)       # ... after computing this node
+        for t in np.flatnonzero(dec.R[d].any(axis=1)).tolist():
+            comp, frees = stage_frees(spec, dec, d, t)
+            for k, fr in zip(comp, frees, strict=True):
+                freed[t, fr] = True
+                at[t, fr] = k
+        t_, k_, fe, fi = w["t"], w["k"], w["fe"], w["fi"]
+        fv = freed[t_[fe], fi] & (at[t_[fe], fi] == k_[fe])
+        x[w["F"]] = fv
+        released = np.bincount(fe, weights=fv * spec.nbytes[fi] * scale, minlength=t_.size)
+        u = np.empty(t_.size)
+        comp_b = dec.R[d, t_, k_] * spec.nbytes[k_] * scale
+        for e in range(t_.size):
+            u[e] = (start[t_[e]] if w["first"][e] else u[e - 1] - released[e - 1]) + comp_b[e]
+        x[w["U"]] = u
     return x
 
 
@@ -500,12 +644,13 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
     stages before it, one each, and the rest are pulled into the stage of the new
     node that needs them), a copy to the stage of the last
     first computation before it (so a prefetch issued just before its reader is
-    usable in time) and a free to that of the instruction before it. Each
-    instruction then moves to the earliest stage the model's rules allow: inputs
-    computed on the device in the same or an earlier stage, or copied there in an
-    earlier one; a copy's source resident at the stage start; a free after the
-    last stage that reads the value; a value re-created only after the stage
-    that freed it. Memory is not checked here (`stage_memory`)."""
+    usable in time). Each instruction then moves to the earliest stage the
+    model's rules allow: inputs computed on the device in the same or an earlier
+    stage, or copied there in an earlier one; a copy's source resident at the
+    stage start; a value re-created only after the stage that freed it. A free
+    goes to the last stage that reads (or creates) the value, wherever the list
+    puts it: the simulator needs the value no longer than that either. Memory is
+    not checked here (`stage_memory`)."""
     a = graph.arrays
     ins = schedule.instructions
     n, T, K = spec.n, spec.T, spec.K
@@ -549,8 +694,6 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
                 synced = True
             elif kind[i] is Copy:
                 natural[i] = prev + synced
-            elif kind[i] is Free:
-                natural[i] = natural[i - 1] if i else 0
     created = np.full((spec.nD, n), -1, dtype=np.int64)   # stage the live instance appeared in
     ready = np.full((spec.nD, n), -1, dtype=np.int64)     # first stage a compute there may read it
     last_read = np.full((spec.nD, n), -1, dtype=np.int64)
@@ -592,7 +735,7 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
             d = dloc.get(x.device)
             if d is None:
                 return None, f"{x.device!r} is not a device of the model", K
-            s = max(s, int(last_read[d, v]), int(created[d, v]))
+            s = max(int(last_read[d, v]), int(created[d, v]))     # released right after its last use
             Sl.append((d, int(created[d, v]) + 1, s, v))
             freed[d, v] = s
             created[d, v] = ready[d, v] = -1
@@ -618,22 +761,64 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
     return Decisions(R, S, C), "", K
 
 
+def stage_frees(spec: ModelSpec, dec: Decisions, d: int, t: int) -> tuple[list[int], list[list[int]]]:
+    """Device d's computations in stage t (stage order) and, after each, the values it releases: those whose
+    last use in the stage it is (an input, or its own output) that are neither kept into stage t+1 nor copied
+    out of d during stage t. The FREE of the within-stage memory rows, and where `emit` frees."""
+    comp = spec.order[dec.R[d, t, spec.order]].tolist()
+    last = {}
+    for idx, k in enumerate(comp):
+        for i in spec.in_idx[spec.in_ptr[k]:spec.in_ptr[k + 1]].tolist():
+            last[i] = idx
+        last[k] = idx
+    out = np.zeros(spec.n, dtype=bool)
+    for k, (_, a, _b) in enumerate(spec.links):
+        if a == d:
+            out |= dec.C[k, t]
+    keep = dec.S[d, t + 1] | out
+    frees: list[list[int]] = [[] for _ in comp]
+    for i, idx in last.items():
+        if not keep[i]:
+            frees[idx].append(i)
+    return comp, frees
+
+
+def _held_at_start(spec: ModelSpec, dec: Decisions, d: int) -> np.ndarray:
+    """(T, n) bool: on d at the start of each stage, or copied in during it."""
+    held = dec.S[d, :spec.T].copy()
+    for k, (_, _, b) in enumerate(spec.links):
+        if b == d:
+            held |= dec.C[k]
+    return held
+
+
 def stage_memory(spec: ModelSpec, dec: Decisions) -> np.ndarray:
-    """(nD, T) bytes the model's memory rows count for the decisions."""
+    """(nD, T) bytes the model's memory rows count for the decisions: the within-stage peak, or the
+    whole-stage sum when `spec.instage` is off."""
     mem = np.zeros((spec.nD, spec.T))
     for d in range(spec.nD):
-        held = dec.S[d, :spec.T] | dec.R[d]
-        for k, (_, _, b) in enumerate(spec.links):
-            if b == d:
-                held = held | dec.C[k]
-        mem[d] = held.astype(np.float64) @ spec.nbytes + (dec.R[d] * spec.ws[None, :]).max(axis=1, initial=0.0)
+        held = _held_at_start(spec, dec, d)
+        start = held.astype(np.float64) @ spec.nbytes
+        if not spec.instage:
+            mem[d] = (held | dec.R[d]).astype(np.float64) @ spec.nbytes + \
+                (dec.R[d] * spec.ws[None, :]).max(axis=1, initial=0.0)
+            continue
+        for t in range(spec.T):
+            comp, frees = stage_frees(spec, dec, d, t)
+            cur, peak = start[t], start[t]
+            for k, fr in zip(comp, frees, strict=True):
+                cur += spec.nbytes[k]
+                peak = max(peak, cur + spec.ws[k])
+                cur -= spec.nbytes[fr].sum()
+            mem[d, t] = peak
     return mem
 
 
 def emit(graph: Graph, spec: ModelSpec, dec: Decisions) -> list:
     """Instructions: per stage, copies (they read only what was resident at the
-    stage start), then each device's computations in stage order, then frees of
-    whatever is not kept into the next stage, then a sync."""
+    stage start), then each device's computations in stage order, each followed by
+    the frees of the values it used last (`stage_frees`), then frees of whatever
+    else is not kept into the next stage, then a sync."""
     ids = graph.arrays.ids
     names = spec.dev_names
     order = spec.order
@@ -646,9 +831,12 @@ def emit(graph: Graph, spec: ModelSpec, dec: Decisions) -> list:
                 out.append(Copy(ids[v], names[s], names[d]))
                 resident[d, v] = True
         for d in range(spec.nD):
-            for v in order[dec.R[d, t, order]].tolist():
+            for v, fr in zip(*stage_frees(spec, dec, d, t), strict=True):
                 out.append(Compute(ids[v], names[d]))
                 resident[d, v] = True
+                for i in fr:
+                    out.append(Free(ids[i], names[d]))
+                    resident[d, i] = False
         keep = dec.S[:, t + 1]
         for d in range(spec.nD):
             drop = resident[d] & ~keep[d]

@@ -1,0 +1,79 @@
+"""LP rounding: every schedule it returns is valid in the simulator; keeping everything the LP may keep
+recomputes nothing; at tight budgets it beats the list-scheduling heuristic and starts the MILP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from milp_graphs import one_gpu
+
+from optsched.errors import InfeasibleError
+from optsched.generate import random_training_graph
+from optsched.schedule import Schedule
+from optsched.simulate import simulate
+from optsched.solvers import SolveOptions, keep_everything, solve
+from optsched.solvers.milp_model import make_spec
+from optsched.solvers.rounding import round_keep
+
+
+def _ke(g):
+    big = one_gpu(10**15)
+    return simulate(g, big, keep_everything(g, big))
+
+
+def test_keeping_everything_recomputes_nothing_and_matches_keep_everything():
+    g = random_training_graph(15, 4)
+    big = one_gpu(10**15)
+    spec = make_spec(g, big, swap=False)
+    ins = round_keep(g, spec, np.ones((spec.T + 1, spec.n), dtype=bool), "gpu0")
+    r = simulate(g, big, Schedule(tuple(ins), graph=g.name))
+    ke = _ke(g)
+    assert r.valid and r.recomputed == 0
+    assert r.makespan == pytest.approx(ke.makespan)
+    assert r.peak["gpu0"] <= ke.peak["gpu0"]
+
+
+def test_keeping_nothing_recomputes_each_value_where_it_is_read():
+    # only what cannot be recomputed (inputs, parameters, gradients) and the results are kept: every other
+    # value is computed once more for each later stage that reads it
+    g = random_training_graph(12, 1)
+    big = one_gpu(10**15)
+    spec = make_spec(g, big, swap=False)
+    ins = round_keep(g, spec, np.zeros((spec.T + 1, spec.n), dtype=bool), "gpu0")
+    r = simulate(g, big, Schedule(tuple(ins), graph=g.name))
+    assert r.valid
+    # each recomputable value read by a later node is recomputed in that node's stage at least
+    a = g.arrays
+    read_later = sum(1 for v in range(spec.n) if not spec.once[v] and not spec.required[v] and a.outputs_of(v).size)
+    assert read_later > 0 and r.recomputed >= read_later
+
+
+def test_tight_budget_beats_the_heuristic_and_starts_the_milp():
+    g = random_training_graph(40, 1, window=2)
+    cl = one_gpu(int(0.6 * _ke(g).peak["gpu0"]))
+    s = solve(g, cl, "lp-rounding", swap=False)
+    r = simulate(g, cl, s)
+    assert r.valid and r.recomputed > 0
+    assert s.report.objective == pytest.approx(r.makespan)
+    for other in ("heuristic", "dtr", "chen-sqrt", "articulation"):
+        assert r.makespan < simulate(g, cl, solve(g, cl, other, swap=False)).makespan
+    m = solve(g, cl, "milp", swap=False, time_limit=20, threads=1)
+    assert "lp-rounding" in m.report.extra["warm_start"]
+    assert simulate(g, cl, m).makespan <= r.makespan * (1 + 1e-9)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 20), seed=st.integers(0, 10**6), frac=st.floats(0.1, 1.1), params=st.booleans())
+def test_every_rounding_is_valid_or_refused(n, seed, frac, params):
+    g = random_training_graph(n, seed, params=params)
+    cl = one_gpu(max(1, int(_ke(g).peak["gpu0"] * frac)))
+    try:
+        s = solve(g, cl, "lp-rounding", SolveOptions(time_limit=10, threads=1))
+    except InfeasibleError as e:
+        assert "lp-rounding" in str(e)
+        return
+    r = simulate(g, cl, s)
+    assert r.valid, r.violation
+    assert s.report.objective == pytest.approx(r.makespan)
