@@ -196,18 +196,24 @@ def check_graph(graph: Graph) -> Graph:
     return graph
 
 
-def largest_operation(graph: Graph) -> tuple[str, int]:
-    """The operation needing the most memory while it runs (its distinct
-    inputs, its output and its workspace, all live at once) and that amount."""
+def operation_memory(graph: Graph) -> np.ndarray:
+    """Bytes each operation holds on its device while it runs: its distinct
+    inputs, its output and its workspace, all live at once."""
     a = graph.arrays
     n = len(a.ids)
-    if n == 0:
-        return "", 0
     owner = np.repeat(np.arange(n), np.diff(a.in_ptr))
     inputs = np.bincount(owner, weights=a.bytes[a.in_idx].astype(np.float64), minlength=n)
-    need = inputs.astype(np.int64) + a.bytes + a.workspace
+    return inputs.astype(np.int64) + a.bytes + a.workspace
+
+
+def largest_operation(graph: Graph) -> tuple[str, int]:
+    """The operation needing the most memory while it runs (see
+    `operation_memory`) and that amount."""
+    if len(graph.arrays.ids) == 0:
+        return "", 0
+    need = operation_memory(graph)
     i = int(need.argmax())
-    return a.ids[i], int(need[i])
+    return graph.arrays.ids[i], int(need[i])
 
 
 def memory_lower_bound(graph: Graph) -> int:

@@ -7,11 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optsched.cluster import single_accelerator
+from optsched.cluster import Cluster, single_accelerator
 from optsched.errors import InfeasibleError
 from optsched.formats.importers import example_graph_path, import_graph
-from optsched.generate import chain_graph, random_training_graph
-from optsched.graph import check_graph, memory_lower_bound
+from optsched.generate import chain_graph, random_training_graph, training_graph
+from optsched.graph import Graph, Node, check_graph, memory_lower_bound, operation_memory
+from optsched.schedule import Compute
 from optsched.simulate import simulate
 from optsched.solvers import SOLVERS, SolveOptions, keep_everything
 from optsched.solvers.coarsen import coarsen, expand, solve_coarsened
@@ -153,19 +154,84 @@ def test_checkpoint_baselines_on_a_chain(name):
 
 
 def test_infeasible_below_the_largest_operation():
+    """Without a host, or without swapping (no copies to the host), nothing runs
+    an operation bigger than the budget; with them the host runs it."""
     g = chain_graph(10)
     cl = single_accelerator(500_000)       # one activation is 1 MB
+    gpu_only = Cluster(cl.devices[:1])
     for name in HEURISTICS:
         with pytest.raises(InfeasibleError):
-            SOLVERS[name](g, cl, SolveOptions())
+            SOLVERS[name](g, gpu_only, SolveOptions())
+        with pytest.raises(InfeasibleError):
+            SOLVERS[name](g, cl, SolveOptions(swap=False))
+    for name in HEURISTICS:
+        if name in ("heuristic", "metf"):
+            s = SOLVERS[name](g, cl, SolveOptions())
+            r = simulate(g, cl, s)
+            assert r.valid and r.peak["gpu0"] <= 500_000
+            assert all(x.device == "host" for x in s.instructions if type(x) is Compute and x.node != "x")
+        else:   # one accelerator and nothing else
+            with pytest.raises(InfeasibleError):
+                SOLVERS[name](g, cl, SolveOptions())
+
+
+# ------------------------------------------------- work the accelerators cannot hold
+
+MB = 1_000_000
+
+
+def too_big_graph():
+    """x -> a -> b(a, w) -> loss: b holds a (4 MB), the weight w (6 MB) and its
+    output (1 MB) at once, 11 MB (GNMT's n192: 960 MB on 876 MB GPUs)."""
+    c = {"cuda": 1e-3, "cpu": 1e-2}
+    z = {"cuda": 0.0, "cpu": 0.0}
+    return check_graph(Graph((
+        Node("x", "data", "input", (), z, MB, recomputable=False),
+        Node("w", "param", "param", (), z, 6 * MB, recomputable=False),
+        Node("a", "op", "forward", ("x",), c, 4 * MB),
+        Node("b", "op", "forward", ("a", "w"), c, MB),
+        Node("loss", "loss", "loss", ("b",), c, 4, required=True),
+    ), name="too-big"))
+
+
+def computes_on(sched, device):
+    return {x.node for x in sched.instructions if type(x) is Compute and x.device == device}
+
+
+@pytest.mark.parametrize("name", ["heuristic", "metf"])
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_an_operation_too_big_for_every_accelerator_runs_on_the_host(name, gpus):
+    g = too_big_graph()
+    cl = single_accelerator(8 * MB, gpus=gpus)
+    s = SOLVERS[name](g, cl, SolveOptions())
+    r = simulate(g, cl, s)
+    assert r.valid and all(r.peak[f"gpu{i}"] <= 8 * MB for i in range(gpus))
+    assert "b" in computes_on(s, "host") and "a" not in computes_on(s, "host")
+    with pytest.raises(InfeasibleError):    # no copies to the host: no way to run b
+        SOLVERS[name](g, cl, SolveOptions(swap=False))
+
+
+def test_consecutive_big_activations_go_to_the_host_and_the_rest_stays():
+    """bert_l3's attention scores: f3 and f4 are 50 kB each, so f4 (reads f3)
+    and the backward ops around them need 100 kB at once, more than the 80 kB
+    GPUs; those run on the host, everything else on the accelerators."""
+    act = [1000, 2000, 1000, 50_000, 50_000, 1000, 2000, 1000]
+    g = training_graph([[i - 1] for i in range(len(act))], act_bytes=act, cost=[1e-3] * len(act))
+    need = dict(zip(g.arrays.ids, operation_memory(g).tolist(), strict=True))
+    cl = single_accelerator(80_000, gpus=2)
+    for name in ("heuristic", "metf"):
+        s = SOLVERS[name](g, cl, SolveOptions())
+        r = simulate(g, cl, s)
+        assert r.valid and max(r.peak["gpu0"], r.peak["gpu1"]) <= 80_000
+        host = computes_on(s, "host")
+        assert {v for v, b in need.items() if b > 80_000} <= host
+        assert len(host) <= 6, host    # f4, g3, g4 and what feeds them on the host at most
 
 
 # ----------------------------------------------------------------- coarsening
 
 def forward_chain_graph(n: int):
     """An inference-like graph: a chain with no backward readers, so it folds."""
-    from optsched.graph import Graph, Node
-
     z = {"cuda": 0.0, "cpu": 0.0}
     nodes = [Node("x", "data", "input", (), z, 1000, recomputable=False)]
     prev = "x"

@@ -87,7 +87,7 @@ def _one_accelerator(graph: Graph, cluster: Cluster, options: SolveOptions, memo
     plan `heuristic` makes with devices=1, so more accelerators never make its
     result worse."""
     d = cluster.device_index[pick_device(graph, cluster, options.device).name]
-    return pardnn(graph, cluster, [d], memory_rounds=memory_rounds)
+    return pardnn(graph, cluster, [d], memory_rounds=memory_rounds, fit=options.swap)
 
 
 def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
@@ -96,7 +96,7 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
     policy = p.get("policy", "capuchin")
     rounds = int(p.get("memory_rounds", 6))
     devs = placement_devices(graph, cluster, options.devices)
-    place, order, est = pardnn(graph, cluster, devs, memory_rounds=rounds)
+    place, order, est = pardnn(graph, cluster, devs, memory_rounds=rounds, fit=options.swap)
     t_place = time.perf_counter() - t0
     verify = bool(p.get("verify", True))
     compare = p.get("compare_single", len(graph) <= 20000) and verify
@@ -154,7 +154,7 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
 def metf(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
     t0 = time.perf_counter()
     devs = placement_devices(graph, cluster, options.devices)
-    place, order, est = metf_place(graph, cluster, devs)
+    place, order, est = metf_place(graph, cluster, devs, fit=options.swap)
     t_place = time.perf_counter() - t0
     return _checked(graph, cluster, "metf", options,
                     lambda s: plan(graph, cluster, place, order, est, policy=options.params.get("policy", "capuchin"),

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..errors import InfeasibleError
-from ..graph import Graph
+from ..graph import Graph, operation_memory
 
 # ------------------------------------------------------------------ costs
 
@@ -111,6 +111,20 @@ def runnable_mask(graph: Graph, cluster: Cluster) -> np.ndarray:
         if c is not None:
             m[d] = ~np.isnan(c)
     return m
+
+
+def placeable_mask(graph: Graph, cluster: Cluster, fit: bool = True) -> np.ndarray:
+    """(devices x nodes) bool: node can run on device and, with `fit`, its
+    working set (`operation_memory`) fits the device's budget, so an op too
+    big for every accelerator goes to the host; where no device passes both,
+    every device that can run it (the memory planner then says what does not
+    fit)."""
+    m = runnable_mask(graph, cluster)
+    if not fit:
+        return m
+    fit = m & (operation_memory(graph)[None, :] <= np.array([d.memory for d in cluster.devices])[:, None])
+    fits_somewhere = fit.any(axis=0)
+    return np.where(fits_somewhere[None, :], fit, m)
 
 
 def levels(graph: Graph, w: np.ndarray, comm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -255,24 +269,26 @@ def memory_profile(graph: Graph, place, start, end, nd: int):
     return peak, peak_t, last
 
 
-def _placement_inputs(graph: Graph, cluster: Cluster, devs: list[int] | None):
+def _placement_inputs(graph: Graph, cluster: Cluster, devs: list[int] | None, fit: bool):
     """What both placements start from: the devices to place on (default: all
     that can compute), which node runs where, and the communication model."""
     if devs is None:
         devs = placement_devices(graph, cluster)
     lat, spb = comm_model(cluster, devs)
-    return devs, runnable_mask(graph, cluster), lat, spb
+    return devs, placeable_mask(graph, cluster, fit), lat, spb
 
 
 # ----------------------------------------------------------------- ParDNN
 
 def pardnn(graph: Graph, cluster: Cluster, devs: list[int] | None = None, *, memory_rounds: int = 6,
-           buckets: int = 256):
-    """ParDNN placement on the devices `devs`. Returns (place, order, start)."""
+           buckets: int = 256, fit: bool = True):
+    """ParDNN placement on the devices `devs`; with `fit`, ops whose working set
+    exceeds every placement device's budget go where it fits (the host).
+    Returns (place, order, start)."""
     a = graph.arrays
     n = len(a.ids)
     nd = len(cluster.devices)
-    devs, runnable, lat, spb = _placement_inputs(graph, cluster, devs)
+    devs, runnable, lat, spb = _placement_inputs(graph, cluster, devs, fit)
     w = work_costs(graph, cluster, devs)
     comm = lat + a.bytes * spb
     tl, bl = levels(graph, w, comm)
@@ -383,19 +399,19 @@ def pardnn(graph: Graph, cluster: Cluster, devs: list[int] | None = None, *, mem
     to = place_a[reader]
     ok = runnable[to, src]
     place_a[src[ok]] = to[ok]           # before the memory pass, which may still move them for room
-    place_a = memory_pass(graph, cluster, place_a, devs, comm, tl, rounds=memory_rounds)
+    place_a = memory_pass(graph, cluster, place_a, devs, comm, tl, rounds=memory_rounds, fit=fit)
     order, start, _ = list_schedule(graph, cluster, place_a, comm=comm, priority=tl)
     return place_a, order, start
 
 
 def memory_pass(graph: Graph, cluster: Cluster, place: np.ndarray, devs: list[int], comm: np.ndarray,
-                tl: np.ndarray, rounds: int = 6) -> np.ndarray:
+                tl: np.ndarray, rounds: int = 6, fit: bool = True) -> np.ndarray:
     """Move nodes live at an overflowing device's peak to the device with the
     lowest peak, best (communication added)/(memory freed) first."""
     a = graph.arrays
     nd = len(cluster.devices)
     budget = np.array([d.memory for d in cluster.devices], dtype=np.int64)
-    runnable = runnable_mask(graph, cluster)
+    runnable = placeable_mask(graph, cluster, fit)
     in_ptr, in_idx = a.in_ptr, a.in_idx
     out_ptr, out_idx = a.out_ptr, a.out_idx
     place = place.copy()
@@ -458,17 +474,17 @@ def memory_pass(graph: Graph, cluster: Cluster, place: np.ndarray, devs: list[in
 
 # ------------------------------------------------------------------ m-ETF
 
-def metf(graph: Graph, cluster: Cluster, devs: list[int] | None = None):
+def metf(graph: Graph, cluster: Cluster, devs: list[int] | None = None, *, fit: bool = True):
     """Baechi's m-ETF: repeatedly schedule the ready (op, device) pair with the
     earliest start among devices where the op's output still fits (memory =
     outputs kept until their last reader is placed); if none fits, the
     device with the most room. Sources (inputs, parameters) are placed with
     their first reader, as Baechi co-places a variable with its readers.
-    Returns (place, order, start)."""
+    `fit` as in `pardnn`. Returns (place, order, start)."""
     a = graph.arrays
     n = len(a.ids)
     nd = len(cluster.devices)
-    devs, runnable, lat, spb = _placement_inputs(graph, cluster, devs)
+    devs, runnable, lat, spb = _placement_inputs(graph, cluster, devs, fit)
     comm = (lat + a.bytes * spb).tolist()
     budget = [d.memory for d in cluster.devices]
     speed = [d.speed for d in cluster.devices]
