@@ -3,6 +3,7 @@ simulator, or they raise InfeasibleError; known cases behave sensibly."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -12,10 +13,11 @@ from optsched.errors import InfeasibleError
 from optsched.formats.importers import example_graph_path, import_graph
 from optsched.generate import chain_graph, random_training_graph, training_graph
 from optsched.graph import Graph, Node, check_graph, memory_lower_bound, operation_memory
-from optsched.schedule import Compute
+from optsched.schedule import Compute, Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SOLVERS, SolveOptions, keep_everything
 from optsched.solvers.coarsen import coarsen, expand, solve_coarsened
+from optsched.solvers.memplan import plan
 
 HEURISTICS = ["heuristic", "metf", "offload-all", "dtr", "chen-greedy", "articulation"]
 
@@ -211,6 +213,21 @@ def test_an_operation_too_big_for_every_accelerator_runs_on_the_host(name, gpus)
         SOLVERS[name](g, cl, SolveOptions(swap=False))
 
 
+def test_the_planner_runs_on_the_host_what_it_cannot_make_room_for():
+    """Given a placement that puts everything on the accelerator, the memory
+    planner runs b on the host instead of giving up (and gives up without swapping)."""
+    g = too_big_graph()
+    cl = single_accelerator(8 * MB)
+    place = np.zeros(len(g), dtype=np.int64)
+    ins = plan(g, cl, place, g.arrays.topo)
+    s = Schedule(tuple(ins))
+    r = simulate(g, cl, s)
+    assert r.valid and r.peak["gpu0"] <= 8 * MB
+    assert computes_on(s, "host") == {"b"}
+    with pytest.raises(InfeasibleError):
+        plan(g, cl, place, g.arrays.topo, swap=False)
+
+
 def test_consecutive_big_activations_go_to_the_host_and_the_rest_stays():
     """bert_l3's attention scores: f3 and f4 are 50 kB each, so f4 (reads f3)
     and the backward ops around them need 100 kB at once, more than the 80 kB
@@ -226,6 +243,19 @@ def test_consecutive_big_activations_go_to_the_host_and_the_rest_stays():
         host = computes_on(s, "host")
         assert {v for v, b in need.items() if b > 80_000} <= host
         assert len(host) <= 6, host    # f4, g3, g4 and what feeds them on the host at most
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 30), seed=st.integers(0, 10**6), gpus=st.integers(1, 3),
+       frac=st.floats(0.01, 1.0), window=st.integers(1, 4))
+def test_with_a_host_that_may_compute_the_heuristic_never_gives_up(n, seed, gpus, frac, window):
+    """The host holds everything and can run everything: some schedule always
+    exists, so the heuristic and m-ETF always return one (and it is valid)."""
+    g = random_training_graph(n, seed, window=window)
+    cl = single_accelerator(max(1, int(keep_peak(g) * frac)), gpus=gpus)
+    for name in ("heuristic", "metf"):
+        r = simulate(g, cl, SOLVERS[name](g, cl, SolveOptions()))
+        assert r.valid, (name, r.violation)
 
 
 # ----------------------------------------------------------------- coarsening

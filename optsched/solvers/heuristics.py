@@ -5,6 +5,12 @@
                recompute by seconds per byte freed); on small graphs it also
                plans everything on one accelerator (as with devices=1) and
                keeps the faster.
+
+With swapping on, work also goes to the host (when the cluster's host may
+run it): the placements put an operation whose inputs, output and workspace
+exceed every accelerator's budget there, and the planner runs an operation
+there when it cannot make room for it on its accelerator. With swapping off
+("never copy tensors to the host and back") neither happens.
 - metf:        Baechi m-ETF placement + the same planner.
 - offload-all: vDNN on one accelerator: every forward activation is copied to
                the host after its last forward use and prefetched back one
@@ -173,7 +179,7 @@ def offload_all(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     fwd = np.flatnonzero(a.kind == _FORWARD)
     return _checked(graph, cluster, "offload-all", options,
                     lambda s: plan(graph, cluster, place, order, est, policy="capuchin", swap=True, recompute=False,
-                                   offload=fwd, budget_scale=s, prefetch=False), t0,
+                                   offload=fwd, budget_scale=s, prefetch=False, host_fallback=False), t0,
                     extra={"offloaded": int(fwd.size)})
 
 
@@ -183,4 +189,4 @@ def dtr(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) 
     return _checked(graph, cluster, "dtr", options,
                     lambda s: plan(graph, cluster, place, order, est, policy="dtr",
                                    swap=bool(options.params.get("swap", options.swap)), recompute=True,
-                                   budget_scale=s), t0)
+                                   budget_scale=s, host_fallback=False), t0)

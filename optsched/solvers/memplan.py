@@ -18,6 +18,14 @@ overflow it evicts tensors:
 - policy "dtr" (DTR): drop the tensor with the least cost/(bytes * staleness),
   recompute on demand (no swapping unless a tensor cannot be recomputed).
 
+When an accelerator cannot make room for an operation (its inputs, output
+and workspace beside what must stay: tensors that cannot be recomputed
+without swapping, a recomputation's protected inputs), and swapping is on,
+the operation runs on the host instead (unless `host_fallback` is off, as
+for the one-accelerator solvers): its inputs are copied there and its
+output goes back when read, as for any cross-device edge. The host's RAM is
+usually far larger, so the plan succeeds where it would otherwise give up.
+
 Forced offload (vDNN) swaps the listed tensors out after their last forward
 use and prefetches them one computation ahead of their next use.
 
@@ -80,10 +88,12 @@ def defer_sources(graph: Graph, order) -> np.ndarray:
 
 def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str = "capuchin", swap: bool = True,
          recompute: bool = True, offload=None, budget_scale: float = 1.0, lookahead: float = 1.5,
-         prefetch: bool = True, prefetch_room: float = 0.9, seed: int = 0) -> list[Instruction]:
+         prefetch: bool = True, prefetch_room: float = 0.9, seed: int = 0,
+         host_fallback: bool = True) -> list[Instruction]:
     """Instructions for computing `order` (node positions) with node v on device
-    `place[v]`, within every device's budget. Raises InfeasibleError when it
-    cannot make room."""
+    `place[v]`, within every device's budget; with `host_fallback` and `swap`,
+    v runs on the host when its device cannot make room for it. Raises
+    InfeasibleError when it cannot make room."""
     a = graph.arrays
     n = len(a.ids)
     ids = a.ids
@@ -150,6 +160,7 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
     offload_set = set() if offload is None else set(int(x) for x in offload)
     state = {"i": 0, "t": 0.0, "sync": -1}
     pc = [0] * n                        # protection counts: inputs of pending computations
+    slot: list[int] = []
 
     # ---------------------------------------------------------------- helpers
     def advance(u: int, i: int) -> int:
@@ -387,8 +398,10 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
         if act == "swap":
             if not res[host][u]:
                 pc[u] += 1
-                copy(u, d, host, protect, evict=False, at=max(touch[d][u], touch[host][u]))
-                pc[u] -= 1
+                try:
+                    copy(u, d, host, protect, evict=False, at=max(touch[d][u], touch[host][u]))
+                finally:
+                    pc[u] -= 1
             free(u, d)
             nu = next_use(u, d, i)
             if prefetch and nu > i + 1:
@@ -474,15 +487,29 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
                                   "not be recomputed", hint="allow swapping (a host device with links)")
         # 2. recompute, depth first, iteratively
         stack = [(u, False)]
+        try:
+            recompute_stack(stack, d, protect, temps)
+        except _NoRoom:     # the caller may run the reader elsewhere: no protection may stay behind
+            for w, expanded in stack:
+                if expanded:
+                    unprotect_inputs(w)
+            raise
+
+    def unprotect_inputs(w: int) -> None:
+        for j in range(in_ptr[w], in_ptr[w + 1]):
+            pc[in_idx[j]] -= 1
+
+    def recompute_stack(stack, d: int, protect, temps) -> None:
         while stack:
-            w, expanded = stack.pop()
+            w, expanded = stack[-1]
             if expanded:
                 if not res[d][w]:
                     compute(w, d, protect)
                     temps.append(w)
-                for j in range(in_ptr[w], in_ptr[w + 1]):
-                    pc[in_idx[j]] -= 1
+                stack.pop()
+                unprotect_inputs(w)
                 continue
+            stack.pop()
             if res[d][w]:
                 continue
             if not runnable(w, d):
@@ -507,6 +534,28 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
                         fetch(x, d, protect, temps)
                     else:
                         stack.append((x, False))
+
+    def run(v: int, d: int, protect, temps: list[int]) -> None:
+        """Fetch v's inputs to d and compute v there; on _NoRoom no input stays protected."""
+        for j in range(in_ptr[v], in_ptr[v + 1]):
+            pc[in_idx[j]] += 1
+        try:
+            for j in range(in_ptr[v], in_ptr[v + 1]):
+                fetch(in_idx[j], d, protect, temps)
+            for j in range(in_ptr[v], in_ptr[v + 1]):
+                if not res[d][in_idx[j]]:   # pragma: no cover - protected inputs are never evicted
+                    fetch(in_idx[j], d, protect, temps)
+            compute(v, d, protect)
+        finally:
+            unprotect_inputs(v)
+
+    def move_to(v: int, d: int) -> None:
+        """Place v on d from now on: its inputs' next uses and recomputations follow it."""
+        place[v] = d
+        if not slot:    # in-edge j -> its entry in `cons`, built on the first move
+            slot.extend(edge_slots(a, out_sorted).tolist())
+        for j in range(in_ptr[v], in_ptr[v + 1]):
+            cons_dev[slot[j]] = d
 
     def release_unneeded(u: int, d: int, i: int) -> None:
         if not res[d][u] or pc[u] or next_use(u, d, i) >= 0:
@@ -534,21 +583,23 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
             if not runnable(v, d):
                 raise InfeasibleError(f"node {ids[v]!r} is placed on {names[d]!r}, which cannot run it")
             protect = None
-            for j in range(in_ptr[v], in_ptr[v + 1]):
-                pc[in_idx[j]] += 1
             temps: list[int] = []
-            for j in range(in_ptr[v], in_ptr[v + 1]):
-                fetch(in_idx[j], d, protect, temps)
-            for j in range(in_ptr[v], in_ptr[v + 1]):
-                if not res[d][in_idx[j]]:   # pragma: no cover - protected inputs are never evicted
-                    fetch(in_idx[j], d, protect, temps)
-            compute(v, d, protect)
-            for j in range(in_ptr[v], in_ptr[v + 1]):
-                pc[in_idx[j]] -= 1
-            for j in range(in_ptr[v], in_ptr[v + 1]):
-                release_unneeded(in_idx[j], d, i)
-            for w in temps:
-                release_unneeded(w, d, i)
+            tried = [d]
+            try:
+                run(v, d, protect, temps)
+            except _NoRoom:
+                # v and what it reads do not fit beside what d must hold: run v on the host instead
+                if not (host_fallback and swap) or host is None or d == host or not runnable(v, host):
+                    raise
+                move_to(v, host)
+                d = host
+                tried.append(d)
+                run(v, d, protect, temps)
+            for e in tried:
+                for j in range(in_ptr[v], in_ptr[v + 1]):
+                    release_unneeded(in_idx[j], e, i)
+                for w in temps:
+                    release_unneeded(w, e, i)
             if not any_future(v, i) and not required[v]:
                 free(v, d)
             if offload_set:
@@ -579,6 +630,18 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
         merged.extend(early.get(k, ()))
         merged.append(x)
     return merged
+
+
+def edge_slots(a, out_sorted: np.ndarray) -> np.ndarray:
+    """For each in-edge u->v (CSR position in `a.in_idx`) the position of the
+    same edge among the consumer lists `out_sorted` (u's consumers in the
+    slice `a.out_ptr[u]:a.out_ptr[u + 1]`, in any order)."""
+    n = len(a.ids)
+    key_in = a.in_idx * n + np.repeat(np.arange(n), np.diff(a.in_ptr))
+    key_out = np.repeat(np.arange(n), np.diff(a.out_ptr)) * n + out_sorted
+    slot = np.empty(key_in.size, dtype=np.int64)
+    slot[np.argsort(key_in, kind="stable")] = np.argsort(key_out, kind="stable")
+    return slot
 
 
 class _NoRoom(Exception):
