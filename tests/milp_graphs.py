@@ -32,9 +32,9 @@ def one_gpu(mem: int) -> Cluster:
     return Cluster((Device("gpu0", "cuda", int(mem)),))
 
 
-def gpu_host(mem: int, bandwidth: float = 200.0, host_compute: bool = True) -> Cluster:
+def gpu_host(mem: int, bandwidth: float = 200.0, host_compute: bool = True, issue: float = 0.0) -> Cluster:
     devs = (Device("gpu0", "cuda", int(mem)), Device("host", "cpu", 10**9))
-    return Cluster(devs, (Link("gpu0", "host", bandwidth), Link("host", "gpu0", bandwidth)))
+    return Cluster(devs, (Link("gpu0", "host", bandwidth, 0.0, issue), Link("host", "gpu0", bandwidth, 0.0, issue)))
 
 
 def two_gpus(mem: int, bandwidth: float = 200.0) -> Cluster:

@@ -66,7 +66,8 @@ def hand_schedule() -> Schedule:
 def hand_cluster() -> Cluster:
     return Cluster((Device("gpu0", "cuda", 16 * 10**9, 1.0), Device("gpu1", "cuda", 2**34 + 1, 2.5),
                     Device("host", "cpu", 256 * 10**9, 0.1)),
-                   (Link("gpu0", "host", 16e9, 1e-5), Link("host", "gpu0", 16e9 / 3, 0.0), Link("gpu0", "gpu1", 0.5)))
+                   (Link("gpu0", "host", 16e9, 1e-5, 4e-5), Link("host", "gpu0", 16e9 / 3, 0.0),
+                    Link("gpu0", "gpu1", 0.5)))
 
 
 # --- round trips ----------------------------------------------------------------------------------

@@ -110,6 +110,27 @@ def test_swapping_beats_recomputation_when_the_link_is_fast():
     assert rs.makespan < rn.makespan - 1e-6
 
 
+def test_copies_that_hold_the_compute_stream_are_paid_for_in_the_objective():
+    # each copy also takes `issue` from the compute streams at both ends (Link.issue): the MILP's stage times
+    # count it, so its objective still bounds the simulated step, and enough of it makes recomputation win
+    g = generate.chain_graph(6, act_bytes=1000, cost=1e-3)
+    big = one_gpu(10**12)
+    mem = simulate(g, big, B.chen_sqrt(g, big)).peak["gpu0"]
+    opts = dict(time_limit=60, gap=0.0, params={"host_compute": False})
+    steps = {}
+    for issue in (0.0, 2e-4, 5e-3):
+        cl = Cluster((Device("gpu0", "cuda", mem), Device("host", "cpu", 10**9)),
+                     (Link("gpu0", "host", 1e9, 0.0, issue), Link("host", "gpu0", 1e9, 0.0, issue)))
+        s = solve(g, cl, "milp", **opts)
+        r = simulate(g, cl, s)
+        assert r.valid and s.report.status == "optimal"
+        assert r.makespan <= s.report.objective * (1 + 1e-9)
+        steps[issue] = (r.makespan, r.swap_out_bytes, r.recomputed)
+    assert steps[0.0][1] > 0 and steps[2e-4][1] > 0           # swapping still pays with a small issue time
+    assert steps[2e-4][0] > steps[0.0][0]                     # ... which it pays for
+    assert steps[5e-3][1] == 0 and steps[5e-3][2] > 0         # a large one makes recomputation the better
+
+
 def test_two_devices_split_beats_one():
     z = {"cuda": 0.0, "cpu": 0.0}
     nodes = (Node("x", "in", "input", (), z, 10, recomputable=False),

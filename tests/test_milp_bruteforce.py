@@ -20,6 +20,8 @@ CASES += [(6, seed, "one") for seed in range(4)]
 # the within-stage memory count (Checkmate's FREE variables) against the same exhaustive search
 CASES += [(4, seed, kind + "-within") for seed in range(4) for kind in ("one", "host-swap", "two")]
 CASES += [(n, seed, "one-within") for n in (5, 6) for seed in range(4)]
+# copies that also hold both ends' compute streams (Link.issue)
+CASES += [(n, seed, "host-issue") for n in (3, 4) for seed in range(4)]
 
 
 def _cluster(kind, mem):
@@ -30,6 +32,8 @@ def _cluster(kind, mem):
         return one_gpu(mem), extra
     if kind == "host-swap":
         return gpu_host(mem), extra
+    if kind == "host-issue":
+        return gpu_host(mem, issue=0.7), extra
     if kind == "host-noswap":
         return gpu_host(mem), {"swap": False, **extra}
     return two_gpus(mem), extra

@@ -164,12 +164,13 @@ def cluster_to_dict(cluster: Cluster) -> dict:
     return {"format": "optsched-cluster", "version": VERSION,
             "devices": [{"name": d.name, "kind": d.kind, "memory": d.memory, "speed": d.speed}
                         for d in cluster.devices],
-            "links": [{"src": lk.src, "dst": lk.dst, "bandwidth": lk.bandwidth, "latency": lk.latency}
+            "links": [{"src": lk.src, "dst": lk.dst, "bandwidth": lk.bandwidth, "latency": lk.latency,
+                       **({"issue": lk.issue} if lk.issue else {})}
                       for lk in cluster.links]}
 
 
 def cluster_from_dict(data) -> Cluster:
-    """Devices and links; sizes, bandwidths and latencies may be human strings
+    """Devices and links; sizes, bandwidths, latencies and issue times may be human strings
     ('16GB', '25GB/s', '5us'). `"bidirectional": true` on a link adds its reverse."""
     _header(data, "optsched-cluster")
     devs = data.get("devices")
@@ -191,9 +192,10 @@ def cluster_from_dict(data) -> Cluster:
             raise FormatError(f"links[{i}] needs src, dst and bandwidth", field="links")
         bw = parse_bandwidth(lk["bandwidth"], f"bandwidth of link {lk['src']}->{lk['dst']}")
         lat = parse_time(lk.get("latency", 0.0), f"latency of link {lk['src']}->{lk['dst']}")
-        links.append(Link(str(lk["src"]), str(lk["dst"]), bw, lat))
+        issue = parse_time(lk.get("issue", 0.0), f"issue time of link {lk['src']}->{lk['dst']}")
+        links.append(Link(str(lk["src"]), str(lk["dst"]), bw, lat, issue))
         if lk.get("bidirectional"):
-            links.append(Link(str(lk["dst"]), str(lk["src"]), bw, lat))
+            links.append(Link(str(lk["dst"]), str(lk["src"]), bw, lat, issue))
     return check_cluster(Cluster(tuple(devices), tuple(links)))
 
 

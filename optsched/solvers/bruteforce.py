@@ -124,6 +124,9 @@ def bruteforce_optimum(spec: ModelSpec) -> float | None:
                     for k, (_, a, _b) in enumerate(spec.links):
                         out[a] |= Cs[k]
                     loads = [sum(spec.ccost[d, v] for v in Rs[d]) for d in range(nD)]
+                    for k, (_, a, b) in enumerate(spec.links):
+                        for d in (a, b):
+                            loads[d] += spec.lissue[k] * len(Cs[k])
                     loads += [sum(spec.lcost[k, v] for v in Cs[k]) for k in range(nL)]
                     c2 = cost + max(loads, default=0.0)
                     keep_opts = []

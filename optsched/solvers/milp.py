@@ -30,7 +30,7 @@ to several devices and links; all sets index-pruned, see `milp_model.py`):
   released after k: its last use in the stage, not kept, not copied out),
   U + ws[k] R[d,t,k] <= budget. Exact for the stage order, so a stage may hold
   several recomputations without gap stages; but 2-3 times the rows, and its
-  LP is far slower (GPT-2, 236 nodes: 80-120 s against 1-4 s), so the
+  LP is far slower (GPT-2, 236 nodes: 80-120 s against 0.3-4 s), so the
   whole-stage count is the default.
 - Time: tau[t] >= sum_v cost(d,v) R[d,t,v] per device and >= sum_v
   time(l,v) C[l,t,v] per link; minimise sum_t tau[t].

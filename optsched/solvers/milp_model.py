@@ -39,6 +39,7 @@ class ModelSpec:
     links: list[tuple[int, int, int]]   # (cluster link index, src model device, dst model device)
     ccost: np.ndarray        # (nD, n) model-time units per compute, nan = cannot run there
     lcost: np.ndarray        # (nL, n) model-time units per copy
+    lissue: np.ndarray       # (nL,) model-time units each copy also takes from both ends' compute streams
     nbytes: np.ndarray
     ws: np.ndarray
     budget: np.ndarray       # (nD,) bytes
@@ -110,6 +111,7 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
     for k, (li, _, _) in enumerate(links):
         lk = cluster.links[li]
         lcost[k] = (lk.latency + a.bytes / lk.bandwidth) * TIME_SCALE
+    lissue = np.array([cluster.links[li].issue * TIME_SCALE for li, _, _ in links], dtype=np.float64)
     runnable_any = ~np.isnan(ccost).all(axis=0)
     multi = int((~np.isnan(ccost)).any(axis=1).sum()) > 1 or nL > 0
     K = (0 if not multi else 2) if window is None else int(window)
@@ -138,7 +140,7 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
     total = float(a.bytes.sum() + a.workspace.max(initial=0))
     mem_row = budget < total
     spec = ModelSpec(n=n, order=order, pos=pos, T=T, K=K, dev=dev, dev_names=[cluster.devices[i].name for i in dev],
-                     links=links, ccost=ccost, lcost=lcost, nbytes=a.bytes.astype(np.float64),
+                     links=links, ccost=ccost, lcost=lcost, lissue=lissue, nbytes=a.bytes.astype(np.float64),
                      ws=a.workspace.astype(np.float64), budget=budget, mem_row=mem_row, r_lo=r_lo, r_hi=r_hi,
                      s_lo=s_lo, s_hi=s_hi, once=once, required=required, in_ptr=in_ptr, in_idx=in_idx,
                      out_ptr=out_ptr, out_idx=out_idx, instage=instage)
@@ -476,11 +478,19 @@ def build_model(spec: ModelSpec) -> MilpArrays:
                    np.concatenate([W[d, t_], R[d, t_, v_]]),
                    np.concatenate([np.ones(m), -spec.ws[v_] * scale]), 0.0, inf)
 
-    # 8. stage time: tau[t] >= compute load of each device, >= copy load of each link
+    # 8. stage time: tau[t] >= compute load of each device (with the issue time of the copies at either end of
+    #    its links: emitted at the stage start, they hold its compute stream first), >= copy load of each link
     for d in range(nD):
         t_, v_ = np.nonzero(R[d] >= 0)
-        rows.block(f"time@{spec.dev_names[d]}", T, np.concatenate([np.arange(T), t_]),
-                   np.concatenate([tau, R[d, t_, v_]]), np.concatenate([np.ones(T), -spec.ccost[d, v_]]), 0.0, inf)
+        rr, cc, vv = [np.arange(T), t_], [tau, R[d, t_, v_]], [np.ones(T), -spec.ccost[d, v_]]
+        for k, (_, a, b) in enumerate(spec.links):
+            if spec.lissue[k] > 0 and d in (a, b):
+                tk, vk = np.nonzero(C[k] >= 0)
+                rr.append(tk)
+                cc.append(C[k, tk, vk])
+                vv.append(np.full(tk.size, -spec.lissue[k]))
+        rows.block(f"time@{spec.dev_names[d]}", T, np.concatenate(rr), np.concatenate(cc), np.concatenate(vv),
+                   0.0, inf)
     for k in range(nL):
         t_, v_ = np.nonzero(C[k] >= 0)
         rows.block(f"time@link{k}", T, np.concatenate([np.arange(T), t_]),
@@ -535,6 +545,9 @@ class Decisions:
     def stage_times(self, spec: ModelSpec) -> np.ndarray:
         cc = np.nan_to_num(spec.ccost)
         loads = [np.einsum("tn,n->t", self.R[d].astype(float), cc[d]) for d in range(spec.nD)]
+        for k, (_, a, b) in enumerate(spec.links):
+            for d in (a, b):
+                loads[d] = loads[d] + spec.lissue[k] * self.C[k].sum(axis=1)
         loads += [np.einsum("tn,n->t", self.C[k].astype(float), spec.lcost[k]) for k in range(spec.nL)]
         return np.max(np.array(loads), axis=0) if loads else np.zeros(spec.T)
 
