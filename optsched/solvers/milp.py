@@ -251,7 +251,9 @@ def _unplaceable(graph: Graph, spec: ModelSpec) -> str:
 
 def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
     """Spec, model, warm start (x or None), its message, the candidate schedules, build time,
-    and notes on candidates that could not start the MILP.
+    notes on candidates that could not start the MILP, and `alt`: when the chosen model has gap
+    stages, (model, x0, message) of the model without them (over the best candidate that fits it,
+    or the graph's order, cold), else None.
 
     Every candidate is staged over its own first-computation order; the one with the
     smallest staged objective fixes the model's order and becomes the incumbent."""
@@ -278,19 +280,38 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
         tries = [(nm, s) for nm, s, r in sorted(base, key=lambda b: b[2].makespan) if r.valid]
     else:
         tries = []
-    best, notes = None, []
+    best, plain, notes = None, None, []
     for name, sched in tries:
         obj, spec, dec, why = _stage(graph, spec_of, name, sched, p.get("window"))
         if dec is None:
             notes.append(why)
-        elif best is None or obj < best[0]:
+            continue
+        if best is None or obj < best[0]:
             best = (obj, name, spec, dec)
+        if not _gap_stages(spec) and (plain is None or obj < plain[0]):
+            plain = (obj, name, spec, dec)
     spec = best[2] if best is not None else spec_of(None, p.get("window"))
     if spec.notes["unrunnable"]:
         raise OptschedError(f"node {spec.notes['unrunnable'][0]!r} cannot run on any device in use",
                             hint="add a device of a kind it has a cost for")
+    model, x0, warm_msg = _warm_model(spec, best, base, notes, "none" if not tries else "none usable")
+    alt = None
+    if _gap_stages(spec):
+        alt_spec = plain[2] if plain is not None else spec_of(None, p.get("window"))
+        alt = _warm_model(alt_spec, plain, base, [], "none (no candidate fits without gap stages)")
+    build_time = time.perf_counter() - t0
+    return spec, model, x0, warm_msg, base, build_time, notes, alt
+
+
+def _gap_stages(spec: ModelSpec) -> int:
+    return spec.T - spec.K - spec.n
+
+
+def _warm_model(spec, best, base, notes, none_msg):
+    """The model of `spec` and the staged candidate `best` = (objective, name, spec, decisions) as its column
+    values, if they satisfy every row (else a note says why)."""
     model = build_model(spec)
-    x0, warm_msg = None, "none" if not tries else "none usable"
+    x0, warm_msg = None, none_msg
     if best is not None:
         obj, name, _, dec = best
         x0 = x_from_decisions(model, dec)
@@ -305,8 +326,7 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
                 x0 = None
             else:
                 warm_msg = f"{name}: accepted, objective {obj:.6g} s{shown}"
-    build_time = time.perf_counter() - t0
-    return spec, model, x0, warm_msg, base, build_time, notes
+    return model, x0, warm_msg
 
 
 def _infeasible(graph, cluster, options, base, why):
@@ -495,15 +515,58 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     candidates and the model are built. HiGHS runs in a worker thread; Ctrl-C (or a
     progress callback raising KeyboardInterrupt) asks it to stop at its next
     interrupt check and the best schedule so far comes back marked `interrupted`;
-    a second Ctrl-C while it winds down aborts."""
-    import highspy
+    a second Ctrl-C while it winds down aborts.
 
+    When the warm start needs gap stages (a larger model with a weaker relaxation), the
+    model without them is solved first, for at most _PLAIN_SHARE of the time left: if
+    that proves the gap with a schedule no slower than the warm start, its schedule is
+    returned; otherwise its schedule joins the candidates and the model with gap stages
+    gets the rest of the time."""
     if options.params.get("coarsen"):
         return coarsened(graph, cluster, options, milp)
     t_start = time.perf_counter()
-    spec, model, x0, warm_msg, base, build_time, notes = prepare(graph, cluster, options)
+    spec, model, x0, warm_msg, base, build_time, notes, alt = prepare(graph, cluster, options)
     if options.write_model:
         write_model(model, options.write_model)
+    stop = threading.Event()
+    solve_time = 0.0
+    if alt is not None:
+        pmodel, px0, pmsg = alt
+        left = options.time_limit - (time.perf_counter() - t_start)
+        run = _highs_run(pmodel, px0, options, left * _PLAIN_SHARE, stop)
+        solve_time += run["solve_time"]
+        warm_obj = np.inf if x0 is None else float(model.cost @ x0)
+        done = run["status"] == "interrupted" or (run["status"] == "optimal" and
+                                                  float(pmodel.cost @ run["x"]) <= warm_obj * (1 + 1e-9))
+        if done and run["x"] is not None:
+            return finish(graph, cluster, options, "milp", pmodel.spec, pmodel, run["x"], run["status"],
+                          run["bound"], solve_time, build_time, base, f"{pmsg}; with gap stages: {warm_msg}",
+                          run["extra"], notes,
+                          run["notes"] + ["solved without gap stages"])
+        if run["x"] is not None:
+            dec = decisions_from_x(pmodel, run["x"])
+            sched = Schedule(tuple(emit(graph, pmodel.spec, dec)), graph=graph.name)
+            res = simulate(graph, cluster, sched)
+            if not res.valid:
+                raise MilpBug(f"MILP schedule rejected by the simulator: {describe(res.violation)}")
+            base = [*base, ("milp-without-gap-stages", sched, res)]
+        if stop.is_set():
+            return finish(graph, cluster, options, "milp", spec, model, x0, "interrupted", None, solve_time,
+                          build_time, base, warm_msg, {"backend": "highs"}, notes, run["notes"])
+    left = options.time_limit - (time.perf_counter() - t_start)
+    run = _highs_run(model, x0, options, left, stop)
+    return finish(graph, cluster, options, "milp", spec, model, run["x"], run["status"], run["bound"],
+                  solve_time + run["solve_time"], build_time, base, warm_msg, run["extra"], notes, run["notes"])
+
+
+_PLAIN_SHARE = 0.2
+
+
+def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: threading.Event) -> dict:
+    """HiGHS on `model` from `x0` for at most `left` seconds, in a worker thread stopped by Ctrl-C (`stop`):
+    {x, status, bound, extra, notes, solve_time}; x is x0 when HiGHS found nothing better or did not run."""
+    import highspy
+
     h = highs_model(model)
     h.setOptionValue("output_flag", bool(options.verbose))
     h.setOptionValue("mip_rel_gap", float(options.gap))
@@ -512,7 +575,6 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     if x0 is not None:
         h.setSolution(int(x0.size), np.arange(x0.size, dtype=np.int32), x0)
     t0 = time.perf_counter()
-    stop = threading.Event()
     state = {"last": 0.0, "inc": None, "bound": None}
 
     def report(e):
@@ -538,12 +600,11 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
         h.cbMipInterrupt.subscribe(report)
     for cb in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
         cb.subscribe(poll)
-    left = options.time_limit - (t0 - t_start)
     ran = left > 0 and model.index.size <= _NNZ_PER_S * left
-    solve_notes = []
+    notes = []
     if not ran:
-        solve_notes.append(f"the model ({model.index.size} nonzeros) is too large to solve in the "
-                           f"{max(left, 0):.3g} s left; raise --time-limit")
+        notes.append(f"the model ({model.index.size} nonzeros) is too large to solve in the "
+                     f"{max(left, 0):.3g} s left; raise --time-limit")
     abandoned = False
     if ran:
         h.setOptionValue("time_limit", float(left))
@@ -559,9 +620,8 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
             if time.perf_counter() > t0 + left + _GRACE:
                 stop.set()
                 abandoned = True
-                solve_notes.append("HiGHS overran the time limit and was abandoned")
+                notes.append("HiGHS overran the time limit and was abandoned")
                 break
-    solve_time = time.perf_counter() - t0
     x, bound, extra = x0, None, {"backend": "highs"}
     status = "time_limit"
     if ran and not abandoned:
@@ -580,8 +640,8 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
         extra.update(model_status=h.modelStatusToString(ms), nodes=int(info.mip_node_count))
     if stop.is_set() and not abandoned:
         status = "interrupted"
-    return finish(graph, cluster, options, "milp", spec, model, x, status, bound, solve_time, build_time, base,
-                  warm_msg, extra, notes, solve_notes)
+    return {"x": x, "status": status, "bound": bound, "extra": extra, "notes": notes,
+            "solve_time": time.perf_counter() - t0}
 
 
 def _run(h) -> None:
@@ -609,7 +669,7 @@ def pulp_solver(name: str = "PULP_CBC_CMD"):
 def _pulp(graph, cluster, options, solver_name):
     import pulp
 
-    spec, model, x0, warm_msg, base, build_time, notes = prepare(graph, cluster, options)
+    spec, model, x0, warm_msg, base, build_time, notes, _ = prepare(graph, cluster, options)
     if options.write_model:
         write_model(model, options.write_model)
     prob = pulp.LpProblem("optsched", pulp.LpMinimize)
