@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from optsched.cluster import Cluster, single_accelerator
-from optsched.errors import InfeasibleError
+from optsched.errors import InfeasibleError, OptschedError
 from optsched.formats.importers import example_graph_path, import_graph
 from optsched.generate import chain_graph, random_training_graph, training_graph
 from optsched.graph import Graph, Node, check_graph, memory_lower_bound, operation_memory
@@ -93,6 +93,9 @@ def test_offload_all_swaps_every_activation_and_hides_transfers():
     assert r.valid and r.swap_out_bytes >= 19 * 1_000_000
     base = simulate(g, single_accelerator(10**12), keep_everything(g, single_accelerator(10**12)))
     assert r.makespan <= base.makespan * 1.1      # 1 MB at 16 GB/s hides behind 1 ms layers
+    with pytest.raises(OptschedError, match="swapping off") as e:     # --no-swap is never silently ignored
+        SOLVERS["offload-all"](g, cl, SolveOptions(swap=False))
+    assert not isinstance(e.value, InfeasibleError)
 
 
 def test_dtr_recomputes_on_a_chain():
@@ -164,7 +167,8 @@ def test_infeasible_below_the_largest_operation():
     for name in HEURISTICS:
         with pytest.raises(InfeasibleError):
             SOLVERS[name](g, gpu_only, SolveOptions())
-        with pytest.raises(InfeasibleError):
+        # offload-all refuses swapping off as a contradiction, not as a budget too small
+        with pytest.raises(OptschedError if name == "offload-all" else InfeasibleError):
             SOLVERS[name](g, cl, SolveOptions(swap=False))
     for name in HEURISTICS:
         if name in ("heuristic", "metf"):

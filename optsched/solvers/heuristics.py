@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from ..cluster import Cluster
-from ..errors import InfeasibleError
+from ..errors import InfeasibleError, OptschedError
 from ..graph import KINDS, Graph
 from ..schedule import Schedule, SolveReport
 from ..simulate import simulate
@@ -170,6 +170,9 @@ def metf(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
 
 def offload_all(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
     t0 = time.perf_counter()
+    if not options.swap:
+        raise OptschedError("offload-all copies every forward activation to the host: it cannot run with swapping "
+                            "off", hint="drop --no-swap, or pick a recomputing solver (chen-sqrt, dtr, milp)")
     place, order, est = _single_device_inputs(graph, cluster, options)
     d = int(place[0]) if len(place) else 0
     if find_host(cluster, [d]) is None:
