@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import highspy
@@ -390,3 +392,25 @@ def test_unusable_warm_start_is_explained():
     assert "user:" in s.report.message and "not a warm start" in s.report.message
     r = simulate(g, cl, s)
     assert r.valid and r.makespan <= h.report.objective * (1 + 1e-9)
+
+
+def test_an_abandoned_highs_run_does_not_abort_the_process_at_exit(tmp_path):
+    # a HiGHS solve still running in its worker thread when Python finalises aborts the process ("terminate
+    # called without an active exception", exit 134); an abandoned run is waited for at exit instead
+    script = tmp_path / "abandon.py"
+    script.write_text(
+        "import importlib, sys, threading\n"
+        "from optsched.generate import random_training_graph\n"
+        "from optsched.cluster import single_accelerator\n"
+        "from optsched.solvers.milp_model import make_spec, build_model\n"
+        "M = importlib.import_module('optsched.solvers.milp')\n"
+        "h = M.highs_model(build_model(make_spec(random_training_graph(40, 5), single_accelerator(3 * 10**6))))\n"
+        "h.setOptionValue('time_limit', 2.0)\n"
+        "t = threading.Thread(target=M._run, args=(h,), daemon=True)\n"
+        "t.start()\n"
+        "if sys.argv[1] == 'abandon':\n"
+        "    M._abandon(t)\n")
+    runs = {how: subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=120)
+            for how in ("abandon", "plain")}
+    assert runs["abandon"].returncode == 0, runs["abandon"].stderr
+    assert runs["plain"].returncode != 0      # the failure it prevents

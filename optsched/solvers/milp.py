@@ -95,6 +95,7 @@ handed to HiGHS (see _NNZ_PER_S).
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 import time
@@ -621,6 +622,7 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
                 stop.set()
                 abandoned = True
                 notes.append("HiGHS overran the time limit and was abandoned")
+                _abandon(worker)
                 break
     x, bound, extra = x0, None, {"backend": "highs"}
     status = "time_limit"
@@ -642,6 +644,17 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         status = "interrupted"
     return {"x": x, "status": status, "bound": bound, "extra": extra, "notes": notes,
             "solve_time": time.perf_counter() - t0}
+
+
+_ABANDONED: list[threading.Thread] = []
+
+
+def _abandon(worker: threading.Thread) -> None:
+    """An overrunning HiGHS run, asked to stop, finishes in the background; the interpreter waits for it at exit
+    (a C++ solve still running when Python finalises aborts the process)."""
+    if not _ABANDONED:
+        atexit.register(lambda: [t.join() for t in _ABANDONED])
+    _ABANDONED.append(worker)
 
 
 def _run(h) -> None:
