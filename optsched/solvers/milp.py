@@ -592,8 +592,10 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         except KeyboardInterrupt:
             stop.set()
 
+    halt = threading.Event()     # this run only: abandoned after overrunning (stop: the user's Ctrl-C, every run)
+
     def poll(e):
-        if stop.is_set():
+        if stop.is_set() or halt.is_set():
             e.interrupt()
 
     if options.progress is not None:
@@ -619,7 +621,7 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
                     raise
                 stop.set()
             if time.perf_counter() > t0 + left + _GRACE:
-                stop.set()
+                halt.set()
                 abandoned = True
                 notes.append("HiGHS overran the time limit and was abandoned")
                 _abandon(worker)
