@@ -6,14 +6,13 @@ streams would. Freed memory is kept for reuse (`keep_freed_cpu_memory`), as a GP
 are measured inside the replay of the keep-everything schedule (`optsched.execute.measure_costs`, so the executor's
 dispatch overhead is part of each op); the link's bandwidth and latency are those of the replay's own copies
 (`measure_copy`), and its `issue` what handing a copy to the link's worker costs the compute thread
-(`measure_copy_issue`; the solvers plan on the link without it, so the schedules are those of a cluster description
-without a measured issue time, and the simulator's prediction counts it). So the simulator predicts this machine's
-step time, except the part of a step outside the schedule's instructions (gradients handed to `.grad`, the last
-frees), given per model as outside_instructions_s (measured once, in the keep-everything replay); time_error
-compares with the simulator's makespan alone, time_error_with_outside with makespan + that part. Only the
-accelerator may compute: the host's computations would share the one compute thread, which the simulator would count
-as parallel. Each model runs at its small default size (overhead-dominated) and at a bench size where the ops
-dominate.
+(`measure_copy_issue`; the solvers plan with it, and the simulator's prediction counts it). So the simulator
+predicts this machine's step time, except the part of a step outside the schedule's instructions (gradients handed
+to `.grad`, the last frees), given per model as outside_instructions_s (measured once, in the keep-everything
+replay); time_error compares with the simulator's makespan alone, time_error_with_outside with makespan + that part.
+Only the accelerator may compute: the host's computations would share the one compute thread, which the simulator
+would count as parallel. Each model runs at its small default size (overhead-dominated) and at a bench size where
+the ops dominate.
 
 On a busy machine a step's wall time includes the time the main thread waits for a core: each row gives the load
 and that wait (Linux schedstat), so a row whose main thread waited is known to be disturbed; only a quiet machine
@@ -124,7 +123,6 @@ def main(argv=None) -> int:
             big = single_accelerator(2**40, bandwidth=bandwidth, latency=latency)
             keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
             for frac in map(float, args.fractions.split(",")):
-                plan = single_accelerator(int(keep * frac), bandwidth=bandwidth, latency=latency)
                 cluster = single_accelerator(int(keep * frac), bandwidth=bandwidth, latency=latency, issue=issue)
                 for solver in args.solvers.split(","):
                     row = {"model": name, "size": size, "nodes": len(graph.nodes), "budget_fraction": frac,
@@ -132,7 +130,7 @@ def main(argv=None) -> int:
                            "keep_everything_replay_s": graph.meta["capture"]["replay"]["step_s"],
                            "outside_instructions_s": graph.meta["capture"]["replay"]["outside_s"]}
                     try:
-                        schedule = solve(graph, plan, solver, time_limit=args.time_limit)
+                        schedule = solve(graph, cluster, solver, time_limit=args.time_limit)
                     except InfeasibleError:
                         rows.append({**row, "status": "infeasible"})
                         continue
