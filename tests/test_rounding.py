@@ -23,12 +23,17 @@ def _ke(g):
     return simulate(g, big, keep_everything(g, big))
 
 
-def test_keeping_everything_recomputes_nothing_and_matches_keep_everything():
-    g = random_training_graph(15, 4)
+def _rounded(g, keep: bool):
+    """The spec and the simulated schedule of keeping everything the stages allow (or nothing), unbudgeted."""
     big = one_gpu(10**15)
     spec = make_spec(g, big, swap=False)
-    ins = round_keep(g, spec, np.ones((spec.T + 1, spec.n), dtype=bool), "gpu0")
-    r = simulate(g, big, Schedule(tuple(ins), graph=g.name))
+    ins = round_keep(g, spec, np.full((spec.T + 1, spec.n), keep), "gpu0")
+    return spec, simulate(g, big, Schedule(tuple(ins), graph=g.name))
+
+
+def test_keeping_everything_recomputes_nothing_and_matches_keep_everything():
+    g = random_training_graph(15, 4)
+    _, r = _rounded(g, True)
     ke = _ke(g)
     assert r.valid and r.recomputed == 0
     assert r.makespan == pytest.approx(ke.makespan)
@@ -39,10 +44,7 @@ def test_keeping_nothing_recomputes_each_value_where_it_is_read():
     # only what cannot be recomputed (inputs, parameters, gradients) and the results are kept: every other
     # value is computed once more for each later stage that reads it
     g = random_training_graph(12, 1)
-    big = one_gpu(10**15)
-    spec = make_spec(g, big, swap=False)
-    ins = round_keep(g, spec, np.zeros((spec.T + 1, spec.n), dtype=bool), "gpu0")
-    r = simulate(g, big, Schedule(tuple(ins), graph=g.name))
+    spec, r = _rounded(g, False)
     assert r.valid
     # each recomputable value read by a later node is recomputed in that node's stage at least
     a = g.arrays
