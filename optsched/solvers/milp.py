@@ -537,9 +537,9 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
         run = _highs_run(pmodel, px0, options, left * _PLAIN_SHARE, stop)
         solve_time += run["solve_time"]
         warm_obj = np.inf if x0 is None else float(model.cost @ x0)
-        done = run["status"] == "interrupted" or (run["status"] == "optimal" and
-                                                  float(pmodel.cost @ run["x"]) <= warm_obj * (1 + 1e-9))
-        if done and run["x"] is not None:
+        found = run["x"] is not None
+        proven = found and run["status"] == "optimal" and float(pmodel.cost @ run["x"]) <= warm_obj * (1 + 1e-9)
+        if proven or (found and run["status"] == "interrupted"):
             return finish(graph, cluster, options, "milp", pmodel.spec, pmodel, run["x"], run["status"],
                           run["bound"], solve_time, build_time, base, f"{pmsg}; with gap stages: {warm_msg}",
                           run["extra"], notes,
