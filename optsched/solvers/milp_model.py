@@ -774,16 +774,22 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
     return Decisions(R, S, C), "", K
 
 
+def last_uses(spec: ModelSpec, seq: list[int]) -> dict[int, int]:
+    """For computations `seq` in order: value -> index of the last one that reads it (an input) or makes it."""
+    last = {}
+    for idx, k in enumerate(seq):
+        for i in spec.in_idx[spec.in_ptr[k]:spec.in_ptr[k + 1]].tolist():
+            last[i] = idx
+        last[k] = idx
+    return last
+
+
 def stage_frees(spec: ModelSpec, dec: Decisions, d: int, t: int) -> tuple[list[int], list[list[int]]]:
     """Device d's computations in stage t (stage order) and, after each, the values it releases: those whose
     last use in the stage it is (an input, or its own output) that are neither kept into stage t+1 nor copied
     out of d during stage t. The FREE of the within-stage memory rows, and where `emit` frees."""
     comp = spec.order[dec.R[d, t, spec.order]].tolist()
-    last = {}
-    for idx, k in enumerate(comp):
-        for i in spec.in_idx[spec.in_ptr[k]:spec.in_ptr[k + 1]].tolist():
-            last[i] = idx
-        last[k] = idx
+    last = last_uses(spec, comp)
     out = np.zeros(spec.n, dtype=bool)
     for k, (_, a, _b) in enumerate(spec.links):
         if a == d:

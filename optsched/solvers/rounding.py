@@ -26,7 +26,7 @@ from ..errors import InfeasibleError
 from ..graph import Graph
 from ..schedule import Compute, Free, Schedule, SolveReport
 from ..simulate import simulate
-from .milp_model import ModelSpec, build_model, make_spec
+from .milp_model import ModelSpec, build_model, last_uses, make_spec
 from .options import SolveOptions
 from .sequential import pick_device
 
@@ -84,11 +84,7 @@ def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str) -> 
             comp.add(u)
             stack.extend(w for w in ins[u] if w not in present and w not in comp)
         seq = sorted(comp, key=rank.__getitem__) + [v]
-        last = {}
-        for i, k in enumerate(seq):
-            for u in ins[k]:
-                last[u] = i
-            last[k] = i
+        last = last_uses(spec, seq)
         for u in sorted(present - last.keys()):
             if not nxt[u]:
                 out.append(Free(ids[u], device))
