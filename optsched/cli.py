@@ -192,6 +192,28 @@ def _progress_printer(quiet: bool):
     return show
 
 
+def _highs_options(pairs: list[str]) -> dict:
+    """--highs KEY=VALUE pairs as HiGHS options: numbers as numbers, true/false as booleans, the rest as text."""
+    out = {}
+    for p in pairs:
+        key, eq, text = p.partition("=")
+        if not eq or not key:
+            raise OptschedError(f"--highs {p!r}: expected KEY=VALUE, e.g. --highs mip_heuristic_effort=0.2")
+        low = text.strip().lower()
+        if low in ("true", "false"):
+            out[key.strip()] = low == "true"
+            continue
+        for kind in (int, float):
+            try:
+                out[key.strip()] = kind(text)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key.strip()] = text
+    return out
+
+
 def cmd_solve(args) -> int:
     from .formats import save_schedule
     from .simulate import simulate
@@ -206,9 +228,12 @@ def cmd_solve(args) -> int:
                         device=args.device, devices=args.devices, swap=not args.no_swap,
                         recompute=not args.no_recompute, write_model=args.write_model,
                         progress=_progress_printer(args.json or not sys.stderr.isatty()),
-                        params={k: True for k, on in (("coarsen", args.coarsen), ("instage", args.within_stage)) if on})
+                        params={**{k: True for k, on in (("coarsen", args.coarsen), ("instage", args.within_stage))
+                                   if on}, **({"highs": _highs_options(args.highs)} if args.highs else {})})
     if args.devices is not None and args.devices < 1:
         raise OptschedError("--devices must be at least 1")
+    if args.highs and args.solver != "milp":
+        raise OptschedError(f"--highs sets options of the milp solver (HiGHS), not of {args.solver!r}")
     if args.plot:
         from .plot import figure_path
 
@@ -561,6 +586,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MILP: fold chains of cheap operations first (a smaller model, no bound for the full graph)")
     p.add_argument("--within-stage", action="store_true",
                    help="MILP: track memory within each stage (Checkmate's exact count; a larger, slower model)")
+    p.add_argument("--highs", action="append", default=[], metavar="KEY=VALUE",
+                   help="MILP: set a HiGHS option (repeatable), e.g. --highs mip_heuristic_effort=0.2")
     p.add_argument("--plot", help="write a figure of the schedule (streams over time, memory per device): "
                    ".png, .pdf, .svg")
     p.add_argument("--json", action="store_true")

@@ -196,6 +196,22 @@ def test_milp_through_cli(capsys, tmp_path, solver, extra):
     assert (" F_0_" in model.read_text()) == bool(extra)     # the within-stage count's FREE columns
 
 
+def test_highs_options(capsys):
+    from optsched.cli import _highs_options
+
+    assert _highs_options(["mip_pscost_minreliable=2", "mip_heuristic_effort=0.3", "presolve=off",
+                           "mip_detect_symmetry=false"]) == {"mip_pscost_minreliable": 2, "mip_heuristic_effort": 0.3,
+                                                            "presolve": "off", "mip_detect_symmetry": False}
+    base = ["solve", "example:tiny", "--mem", "1.1MB", "--json"]
+    code, out, err = run(capsys, *base, "--highs", "mip_pscost_minreliable=4")
+    assert code == 0 and json.loads(out)["solver"]["status"] == "optimal", err
+    for extra, needle in ((["--highs", "no_such_option=1"], "HiGHS refused option no_such_option=1"),
+                          (["--highs", "mip_pscost_minreliable"], "expected KEY=VALUE"),
+                          (["--highs", "presolve=off", "--solver", "chen-sqrt"], "not of 'chen-sqrt'")):
+        code, _, err = run(capsys, *base, *extra)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_sweep_writes_table_and_figure(capsys, graph_file, tmp_path):
     csv, png = tmp_path / "sweep.csv", tmp_path / "pareto.png"
     code, out, err = run(capsys, "sweep", graph_file, "--mem", "9MB..17MB", "--steps", "3", "--solvers",
