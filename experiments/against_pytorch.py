@@ -63,7 +63,6 @@ import csv
 import itertools
 import math
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -72,6 +71,7 @@ import types
 
 import torch
 import torch._dynamo
+from machine import cpu_model
 
 from optsched.capture import capture_step, measure_cpu
 from optsched.capture.memory import _resident, cpu_allocation_levels, cpu_allocation_peak
@@ -237,14 +237,9 @@ def optsched_step(model, step, graph: Graph, inputs: tuple, targets: tuple, budg
 
 
 def _device_line(argv: list[str], start_load: tuple[float, ...]) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     load = lambda xs: "/".join(f"{x:.2f}" for x in xs)
-    return (f"# device: CPU {cpu}, {os.cpu_count()} cores, torch.set_num_threads(1); torch {torch.__version__}; "
+    return (f"# device: CPU {cpu_model()}, {os.cpu_count()} cores, torch.set_num_threads(1); "
+            f"torch {torch.__version__}; "
             f"load average (1/5/15 min) at start {load(start_load)}, at end {load(os.getloadavg())}; "
             f"command: .venv/bin/python experiments/against_pytorch.py"
             f"{' ' if argv else ''}{' '.join(argv)}")

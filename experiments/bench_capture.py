@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -56,14 +58,8 @@ COLUMNS = ["model", "factory", "config", "fake", "parameters", "nodes", "edges",
 
 
 def machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{model}, {os.cpu_count()} cores, {mem:.0f} GiB, Python {platform.python_version()}"
+    return f"{cpu_model()}, {os.cpu_count()} cores, {mem:.0f} GiB, Python {platform.python_version()}"
 
 
 def max_rss() -> int:

@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from machine import cpu_model  # noqa: E402
+
 from optsched.cluster import single_accelerator  # noqa: E402
 from optsched.generate import random_training_graph  # noqa: E402
 from optsched.simulate import simulate  # noqa: E402
@@ -37,13 +39,7 @@ COMMAND = " ".join(["python", "experiments/bench_simulate.py", *sys.argv[1:]])
 
 
 def machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def time_simulate(graph, cluster, schedule, repeats: int = 3) -> tuple[float, bool]:

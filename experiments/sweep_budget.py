@@ -31,6 +31,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from machine import cpu_model  # noqa: E402
+
 from optsched.cluster import single_accelerator  # noqa: E402
 from optsched.compare import MILP_VARIANTS, run_solver, sweep  # noqa: E402
 from optsched.formats.importers import example_graph_path, import_graph  # noqa: E402
@@ -50,10 +52,9 @@ def graphs(random_size: int) -> list[Graph]:
 
 
 def machine() -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
     git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return {"platform": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
+    return {"platform": platform.platform(), "cpu": cpu_model(), "cpus": os.cpu_count(),
+            "python": platform.python_version(),
             "numpy": version("numpy"), "highspy": version("highspy"), "pandas": version("pandas"),
             "commit": git("rev-parse", "HEAD"),
             "uncommitted_changes": git("status", "--porcelain", "--", "optsched").splitlines()}

@@ -4,6 +4,7 @@ acts on what the forward keeps, and optsched's replay at the matched budget stay
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,13 @@ PATH = Path(__file__).resolve().parent.parent / "experiments" / "against_pytorch
 
 @pytest.fixture(scope="module")
 def ap():
-    spec = importlib.util.spec_from_file_location("against_pytorch", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    sys.path.insert(0, str(PATH.parent))     # its sibling modules, as when run as a script
+    try:
+        spec = importlib.util.spec_from_file_location("against_pytorch", PATH)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(PATH.parent))
     return mod
 
 

@@ -11,7 +11,11 @@ At tight budgets the baselines and the list-scheduling heuristic recompute far t
 keep-everything memory: 3.1x) or find nothing; this gives the MILP a good incumbent there, and a schedule
 in seconds to a user who does not want to wait for the MILP.
 
-`options.params`: thresholds (sequence of theta), budget_scales (sequence of LP budget factors).
+The fastest rounding then keeps, where the real budget allows, what it would recompute (`polish.py`): a rounding
+of the LP at a reduced budget leaves room under the real one.
+
+`options.params`: thresholds (sequence of theta), budget_scales (sequence of LP budget factors), polish (bool,
+default true).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from ..schedule import Compute, Free, Schedule, SolveReport
 from ..simulate import simulate
 from .milp_model import ModelSpec, build_model, last_uses, make_spec
 from .options import SolveOptions
+from .polish import keep_instead_of_recompute
 from .sequential import pick_device
 
 THRESHOLDS = (0.99, 0.9, 0.7, 0.5, 0.3, 0.1, 0.01)
@@ -135,7 +140,11 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
         raise InfeasibleError(f"lp-rounding: none of {tried} roundings fits the budget of {dev.name}",
                               hint="use the MILP, allow swapping, or raise the budget")
     sched, r, scale, theta = best
+    rounded = r.recomputed
+    if p.get("polish", True):
+        sched, r = keep_instead_of_recompute(graph, cluster, sched, deadline=t0 + options.time_limit)
     return Schedule(sched.instructions, SolveReport(
         "lp-rounding", "heuristic", objective=r.makespan, solve_time=time.perf_counter() - t0,
-        extra={"peak": r.peak, "recomputed": r.recomputed, "lp_budget_scale": scale, "threshold": theta}),
+        extra={"peak": r.peak, "recomputed": r.recomputed, "recomputed_as_rounded": rounded,
+               "lp_budget_scale": scale, "threshold": theta}),
         graph=graph.name)
