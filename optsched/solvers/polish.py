@@ -7,7 +7,8 @@ the input. Solvers whose memory model is coarser than the simulator's leave room
 LP at a reduced budget when the first rounding does not fit, and its schedules then sit well under the real one.
 
 Recomputations are tried in order of time saved per byte kept; one that does not fit is not tried again (later
-changes only keep more values resident).
+changes mostly keep more values resident), so the pass costs one simulation per recomputation and one per change
+kept.
 """
 
 from __future__ import annotations
