@@ -194,23 +194,22 @@ def _progress_printer(quiet: bool):
 
 def _highs_options(pairs: list[str]) -> dict:
     """--highs KEY=VALUE pairs as HiGHS options: numbers as numbers, true/false as booleans, the rest as text."""
+    def value(text: str):
+        if text.strip().lower() in ("true", "false"):
+            return text.strip().lower() == "true"
+        for kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                pass
+        return text
+
     out = {}
     for p in pairs:
         key, eq, text = p.partition("=")
-        if not eq or not key:
+        if not eq or not key.strip():
             raise OptschedError(f"--highs {p!r}: expected KEY=VALUE, e.g. --highs mip_heuristic_effort=0.2")
-        low = text.strip().lower()
-        if low in ("true", "false"):
-            out[key.strip()] = low == "true"
-            continue
-        for kind in (int, float):
-            try:
-                out[key.strip()] = kind(text)
-                break
-            except ValueError:
-                continue
-        else:
-            out[key.strip()] = text
+        out[key.strip()] = value(text)
     return out
 
 
