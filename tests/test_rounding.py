@@ -15,7 +15,7 @@ from optsched.schedule import Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, keep_everything, solve
 from optsched.solvers.milp_model import make_spec
-from optsched.solvers.rounding import round_keep
+from optsched.solvers.rounding import _Relaxation, round_keep
 
 
 def _ke(g):
@@ -79,3 +79,46 @@ def test_every_rounding_is_valid_or_refused(n, seed, frac, params):
     r = simulate(g, cl, s)
     assert r.valid, r.violation
     assert s.report.objective == pytest.approx(r.makespan)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_resolving_at_a_smaller_budget_matches_a_fresh_lp(seed):
+    # lp-rounding re-solves one LP with its memory rows scaled instead of building one per budget: the optimum
+    # must be the fresh LP's at every scale, infeasible included
+    import highspy
+
+    g = random_training_graph(30, seed, window=2)
+    peak = _ke(g).peak["gpu0"]
+    budget = int(0.7 * peak)
+    lp = _Relaxation(make_spec(g, one_gpu(budget), swap=False), budget, 1)
+    for scale in (1.0, 0.8, 0.6, 0.3):
+        S, infeasible = lp.solve(scale, 30)
+        fresh = _Relaxation(make_spec(g, one_gpu(int(scale * budget)), swap=False), int(scale * budget), 1)
+        S2, infeasible2 = fresh.solve(1.0, 30)
+        assert infeasible == infeasible2 and (S is None) == (S2 is None)
+        if S is not None:
+            assert lp.h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+            assert lp.h.getInfo().objective_function_value == pytest.approx(
+                fresh.h.getInfo().objective_function_value, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed, share", [(0, 0.25), (2, 0.5)])
+def test_rounding_gets_half_the_time_limit_when_no_other_candidate_fits(monkeypatch, seed, share):
+    # seed 0 at 50%: articulation fits, the rounding gets a quarter; seed 2: nothing else fits, it gets half
+    from optsched.solvers import rounding
+    from optsched.solvers.milp import _candidates
+
+    given = []
+
+    def recorded(graph, cluster, options):
+        given.append(options.time_limit)
+        return real(graph, cluster, options)
+
+    real = rounding.lp_rounding
+    monkeypatch.setattr(rounding, "lp_rounding", recorded)
+    g = random_training_graph(40, seed, window=2)
+    cl = one_gpu(int(0.5 * _ke(g).peak["gpu0"]))
+    found = _candidates(g, cl, SolveOptions(swap=False, time_limit=10, threads=1))
+    others = [r.valid for name, _, r in found if name != "lp-rounding"]
+    assert any(others) == (share == 0.25)
+    assert given == [pytest.approx(10 * share)]

@@ -39,25 +39,39 @@ THRESHOLDS = (0.99, 0.9, 0.7, 0.5, 0.3, 0.1, 0.01)
 BUDGET_SCALES = (1.0, 0.9, 0.8, 0.7, 0.6)
 
 
-def lp_relaxation(spec: ModelSpec, time_limit: float, threads: int | None = None) -> np.ndarray | None:
-    """S[t, v] of the stage model's LP relaxation on its first device, or None if it has no solution."""
-    import highspy
+class _Relaxation:
+    """The stage model's LP relaxation in one HiGHS instance. `solve(scale)` re-solves it with the memory budget
+    scaled by changing the memory rows' right-hand side only: dual simplex restarts from the last basis, about
+    3x faster than a fresh solve (gpt2, 236 nodes: 1.0-1.2 s against 3.2-4.0 s)."""
 
-    from .milp import highs_model
+    def __init__(self, spec: ModelSpec, budget: float, threads: int | None):
+        from .milp import highs_model
 
-    model = build_model(spec)
-    h = highs_model(replace(model, integ=np.zeros_like(model.integ)))
-    h.setOptionValue("time_limit", float(max(time_limit, 0.1)))
-    if threads:
-        h.setOptionValue("threads", int(threads))
-    h.run()
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        return None
-    x = np.asarray(h.getSolution().col_value)
-    S = np.zeros(model.S.shape[1:])
-    m = model.S[0] >= 0
-    S[m] = x[model.S[0][m]]
-    return S
+        self.model = build_model(spec)
+        self.h = highs_model(replace(self.model, integ=np.zeros_like(self.model.integ)))
+        if threads:
+            self.h.setOptionValue("threads", int(threads))
+        first = [r for r, kind in self.model.row_kind if kind.startswith("memory@")]
+        self.rows = np.arange(first[0], first[0] + spec.T, dtype=np.int32) if first else None
+        self.unit = budget / spec.budget[0]     # the rows count bytes in units of the spec's budget
+
+    def solve(self, scale: float, time_limit: float) -> tuple[np.ndarray | None, bool]:
+        """(S[t, v] on the first device or None, and whether the LP is proven infeasible)."""
+        import highspy
+
+        if self.rows is not None:
+            n = self.rows.size
+            self.h.changeRowsBounds(n, self.rows, np.full(n, -np.inf), np.full(n, scale * self.unit))
+        self.h.setOptionValue("time_limit", float(max(time_limit, 0.1)))
+        self.h.run()
+        status = self.h.getModelStatus()
+        if status != highspy.HighsModelStatus.kOptimal:
+            return None, status == highspy.HighsModelStatus.kInfeasible
+        x = np.asarray(self.h.getSolution().col_value)
+        S = np.zeros(self.model.S.shape[1:])
+        m = self.model.S[0] >= 0
+        S[m] = x[self.model.S[0][m]]
+        return S, False
 
 
 def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str) -> list | None:
@@ -110,13 +124,22 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     dev = pick_device(graph, cluster, options.device)
     thresholds = tuple(p.get("thresholds", THRESHOLDS))
     best, tried = None, 0
+    # one spec for every scale; its memory rows exist unless the budget holds every byte (then the budget
+    # handed to it is one byte short of that, which only the scaled-down solves can feel)
+    total = float(graph.arrays.bytes.sum() + graph.arrays.workspace.max(initial=0))
+    spec_dev = replace(dev, memory=int(max(min(dev.memory, total - 1), 1)))
+    spec = make_spec(graph, Cluster((spec_dev,)), swap=False, instage=False)
+    lp = _Relaxation(spec, dev.memory, options.threads)
+    infeasible_at = 0.0
     for scale in p.get("budget_scales", BUDGET_SCALES):
         left = options.time_limit - (time.perf_counter() - t0)
         if left <= 0:
             break
-        lp_dev = replace(dev, memory=int(dev.memory * scale))
-        spec = make_spec(graph, Cluster((lp_dev,)), swap=False, instage=False)
-        S = lp_relaxation(spec, left, options.threads)
+        if scale <= infeasible_at:
+            continue                   # a smaller budget than an infeasible one
+        S, infeasible = lp.solve(scale, left)
+        if infeasible:
+            infeasible_at = scale
         if S is None:
             continue
         seen = set()
