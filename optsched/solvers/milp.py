@@ -334,7 +334,9 @@ def _warm_model(spec, best, base, notes, none_msg):
     return model, x0, warm_msg
 
 
-def _infeasible(graph, cluster, options, base, why):
+def _infeasible(graph, cluster, options, base, why, proven=True):
+    """InfeasibleError with the memory lower bound and the smallest peak any candidate reached; `proven` False:
+    no schedule was found in the time given, which does not prove there is none (the hint says so)."""
     lb = memory_lower_bound(graph)
     found = [b[2].peak for b in base]
     smallest = None
@@ -342,11 +344,15 @@ def _infeasible(graph, cluster, options, base, why):
         m = max(pk.values()) if pk else 0
         smallest = m if smallest is None else min(smallest, m)
     budgets = ", ".join(f"{d.name} {format_size(d.memory)}" for d in cluster.devices if d.kind == "cuda")
-    msg = (f"no schedule fits the memory budget ({budgets}): {why}. Memory lower bound: {format_size(lb)} "
+    head = "no schedule fits" if proven else "no schedule found within the time limit for"
+    msg = (f"{head} the memory budget ({budgets}): {why}. Memory lower bound: {format_size(lb)} "
            f"({lb} bytes)")
     if smallest is not None:
         msg += f"; smallest budget at which a schedule was found: {format_size(smallest)} ({smallest} bytes)"
-    raise InfeasibleError(msg, hint="raise the budget, add devices, or allow swapping and recomputation")
+    hint = "raise the budget, add devices, or allow swapping and recomputation"
+    if not proven:
+        hint = f"give the solver more time (--time-limit, now {options.time_limit:g} s), or {hint}"
+    raise InfeasibleError(msg, hint=hint)
 
 
 def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, solve_time, build_time, base,
@@ -374,7 +380,8 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
         if status == "infeasible" and best_base is None:
             _infeasible(graph, cluster, options, base, "the MILP is infeasible")
         if best_base is None:
-            _infeasible(graph, cluster, options, base, f"no schedule found ({status}) and no baseline fits")
+            _infeasible(graph, cluster, options, base, f"the MILP found none ({status}) and no baseline fits",
+                        proven=False)
         name, sched, res = best_base
         extra.update(fallback=name, makespan=res.makespan)
         status, bound = _outside_model(status, bound, res.makespan, extra, floor)
