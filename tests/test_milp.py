@@ -323,6 +323,24 @@ def test_schedule_lower_bound_holds_for_every_solver_and_is_reported():
     assert s.report.gap is not None and 0 <= s.report.gap < 1
 
 
+def test_schedule_lower_bound_counts_a_slow_host_as_a_fraction_of_a_device():
+    # five independent unit operations, the host 4x slower: the best split gives the host one (4 s) and the GPU
+    # four (4 s), and the bound is 5 / (1 + 1/4) = 4: tight, where counting the host as a whole device gave 2.5
+    from optsched.solvers.milp import schedule_lower_bound
+
+    z = {"cuda": 0.0, "cpu": 0.0}
+    nodes = [Node("x", "data", "input", (), z, 8, recomputable=False)]
+    nodes += [Node(f"y{i}", "op", "forward", ("x",), {"cuda": 1.0, "cpu": 4.0}, 8, required=True) for i in range(5)]
+    g = check_graph(Graph(tuple(nodes), name="wide"))
+    cl = gpu_host(10**6, bandwidth=1e12)
+    floor = schedule_lower_bound(make_spec(g, cl))
+    assert floor == pytest.approx(4.0)
+    # that split needs all four GPU operations in one stage: a window of 5 lets the MILP find it and prove it
+    s = solve(g, cl, "milp", SolveOptions(time_limit=30, threads=1, params={"window": 5}))
+    assert s.report.status == "optimal"
+    assert simulate(g, cl, s).makespan == pytest.approx(4.0, rel=1e-6)
+
+
 def test_model_of_500_nodes_is_well_formed():
     # its build time (goal: under 5 s) is measured by experiments/bench_milp.py, not asserted here
     g = generate.random_training_graph(160)

@@ -466,8 +466,11 @@ def _outside_model(status: str, bound, makespan: float, extra: dict, floor: floa
 
 def schedule_lower_bound(spec: ModelSpec) -> float:
     """Seconds that every schedule of the graph on the model's devices needs, in or out of the stage model: the
-    longest dependency chain and the total work spread over the devices, each operation at its cheapest
-    device. A bound to report when the solver has none (its root LP not solved in time) or a weaker one."""
+    longest dependency chain, each operation at its cheapest device, and the total of those cheapest times
+    spread over the devices, each counted at its best speed relative to the cheapest (r[d] = max over
+    operations of cheapest / cost on d: in L seconds d does at most r[d] L of that total; a host 20 times
+    slower adds 1/20 of a device, not a whole one). A bound to report when the solver has none (its root LP
+    not solved in time) or a weaker one."""
     runnable = ~np.isnan(spec.ccost)
     cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
     cheapest[~np.isfinite(cheapest)] = 0.0
@@ -475,8 +478,11 @@ def schedule_lower_bound(spec: ModelSpec) -> float:
     for v in spec.order.tolist():
         ins = spec.in_idx[spec.in_ptr[v]:spec.in_ptr[v + 1]]
         done[v] = cheapest[v] + (done[ins].max() if ins.size else 0.0)
-    devices = max(int(runnable.any(axis=1).sum()), 1)
-    return max(float(done.max(initial=0.0)), float(cheapest.sum()) / devices) / TIME_SCALE
+    with np.errstate(divide="ignore", invalid="ignore"):     # free operations add nothing to the total
+        rel = np.where(runnable & (spec.ccost > 0), cheapest[None, :] / spec.ccost, 0.0)
+    speed = float(rel.max(axis=1, initial=0.0).sum())
+    work = float(cheapest.sum()) / speed if speed > 0 else 0.0
+    return max(float(done.max(initial=0.0)), work) / TIME_SCALE
 
 
 def _gap(obj, bound):
