@@ -341,6 +341,20 @@ def test_schedule_lower_bound_counts_a_slow_host_as_a_fraction_of_a_device():
     assert simulate(g, cl, s).makespan == pytest.approx(4.0, rel=1e-6)
 
 
+def test_highs_defaults_cut_heuristics_only_with_a_warm_start_and_yield_to_the_user():
+    from optsched.solvers.milp import _set_options
+
+    def effort(warm, params):
+        h = highspy.Highs()
+        _set_options(h, SolveOptions(params=params), warm=warm)
+        return h.getOptionValue("mip_heuristic_effort")[1], h.getOptionValue("mip_pscost_minreliable")[1]
+
+    default = highspy.Highs().getOptionValue("mip_heuristic_effort")[1]
+    assert effort(False, {}) == (default, 0)        # cold: HiGHS's heuristics are how it finds a schedule
+    assert effort(True, {}) == (0.01, 0)
+    assert effort(True, {"highs": {"mip_heuristic_effort": 0.3}}) == (0.3, 0)
+
+
 def test_model_of_500_nodes_is_well_formed():
     # its build time (goal: under 5 s) is measured by experiments/bench_milp.py, not asserted here
     g = generate.random_training_graph(160)
