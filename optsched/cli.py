@@ -655,7 +655,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except InfeasibleError as e:
-        print(f"optsched: no schedule fits: {e.render()}", file=sys.stderr)
+        msg = e.render()     # the MILP's messages say themselves whether none fits or none was found in time
+        print(f"optsched: {'' if msg.startswith('no schedule') else 'no schedule fits: '}{msg}", file=sys.stderr)
         return 1
     except OptschedError as e:
         print(f"optsched: error: {e.render()}", file=sys.stderr)

@@ -165,6 +165,28 @@ def test_no_schedule_fits_is_exit_1(capsys, tmp_path):
     assert not out_file.exists()
 
 
+def test_milp_without_a_schedule_in_time_says_so_once(capsys, tmp_path):
+    # no baseline fits this graph at half its keep-everything peak and 0.05 s is too short for the MILP: the
+    # message must not claim that no schedule fits (none was proven), nor say "no schedule" twice
+    from optsched.cluster import Cluster, Device
+    from optsched.formats.jsonio import save_graph
+    from optsched.generate import random_training_graph
+    from optsched.simulate import simulate
+    from optsched.solvers import keep_everything
+
+    g = random_training_graph(40, 3, window=2)
+    big = Cluster((Device("gpu0", "cuda", 10**15),))
+    mem = int(0.5 * simulate(g, big, keep_everything(g, big)).peak["gpu0"])
+    path = tmp_path / "g.json"
+    save_graph(g, path)
+    out_file = tmp_path / "s.json"
+    code, _, err = run(capsys, "solve", path, "--mem", str(mem), "--no-swap", "--devices", "1", "--time-limit", "0.05",
+                       "-o", out_file)
+    assert code == 1 and not out_file.exists()
+    assert "no schedule found within the time limit" in err and "--time-limit, now 0.05 s" in err
+    assert "no schedule fits" not in err and err.count("no schedule") == 1, err
+
+
 @pytest.mark.parametrize("solver", ["heuristic", "dtr", "offload-all"])
 def test_heuristic_solvers_through_cli(capsys, solver):
     code, out, err = run(capsys, "solve", "example:bert_l3", "--mem", "1GB", "--solver", solver, "--json")
