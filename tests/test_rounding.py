@@ -90,10 +90,10 @@ def test_resolving_at_a_smaller_budget_matches_a_fresh_lp(seed):
     g = random_training_graph(30, seed, window=2)
     peak = _ke(g).peak["gpu0"]
     budget = int(0.7 * peak)
-    lp = _Relaxation(make_spec(g, one_gpu(budget), swap=False), budget, 1)
+    lp = _Relaxation(make_spec(g, one_gpu(budget), swap=False), 1)
     for scale in (1.0, 0.8, 0.6, 0.3):
         S, infeasible = lp.solve(scale, 30)
-        fresh = _Relaxation(make_spec(g, one_gpu(int(scale * budget)), swap=False), int(scale * budget), 1)
+        fresh = _Relaxation(make_spec(g, one_gpu(int(scale * budget)), swap=False), 1)
         S2, infeasible2 = fresh.solve(1.0, 30)
         assert infeasible == infeasible2 and (S is None) == (S2 is None)
         if S is not None:
