@@ -204,6 +204,34 @@ def test_no_schedule_within_the_time_limit_is_not_called_infeasible():
     assert s.report.status == "optimal" and simulate(g, cl, s).valid
 
 
+def test_the_model_without_gap_stages_goes_on_when_it_beats_the_gap_stage_warm_start(monkeypatch):
+    # the repaired lp-rounding (the only candidate that fits here) needs gap stages, so the model without them runs
+    # first, cold, with half the time; a schedule it finds that is faster than the warm start, unproven when its
+    # share ends (forced here: it proves it in 9-10 s), is where the solve goes on, on that model, from that schedule
+    import importlib
+
+    M = importlib.import_module("optsched.solvers.milp")
+    real, calls = M._highs_run, []
+
+    def run(model, x0, options, left, stop):
+        out = real(model, x0, options, left, stop)
+        calls.append((model, x0, out["x"]))
+        if len(calls) == 1 and out["status"] == "optimal":
+            out = {**out, "status": "time_limit"}
+        return out
+
+    monkeypatch.setattr(M, "_highs_run", run)
+    g = generate.random_training_graph(40, 3, window=2)
+    cl = one_gpu(int(0.5 * _ke_peak(g)))
+    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=40, threads=1))
+    assert len(calls) == 2
+    (plain, cold, found), (again, start, _) = calls
+    assert cold is None and found is not None and plain.spec.T == plain.spec.n + plain.spec.K
+    assert again is plain and np.array_equal(start, found)
+    assert "solved without gap stages" in s.report.message
+    assert s.report.status == "optimal" and simulate(g, cl, s).valid
+
+
 def test_an_operation_that_fits_no_device_is_refused_without_solving():
     g = generate.random_training_graph(12, 3)
     node, need = largest_operation(g)

@@ -2,7 +2,8 @@
 
 Solve the linear relaxation of the MILP's stage model (`milp_model`, whole-stage memory count: its LP is the
 fast one), round its residency S[t, v] >= theta to a keep-set, and derive the rest: each stage computes its
-node after recomputing, in order, whatever of its inputs is missing; each value is freed right after its last
+node after recomputing, in order, whatever of its inputs is missing (a second rounding of each keep-set also
+recomputes, a stage early, what the keep-set holds next); each value is freed right after its last
 use in the stage unless kept. Every rounding is checked in the simulator. One that overflows the budget is
 repaired (`repair`: drop kept values at the overflow until it fits), and near the smallest budget that is the
 only way to a schedule (gpt2, 3 layers, at 25%: every rounding overflows by 1.4-2.9x, and the LP is
@@ -23,6 +24,7 @@ default true).
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import replace
 
@@ -78,12 +80,15 @@ class _Relaxation:
         return S, False
 
 
-def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str) -> tuple[list, np.ndarray] | None:
+def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str,
+               lazy: bool = True) -> tuple[list, np.ndarray] | None:
     """Instructions for a keep-set, and the index of each stage's first instruction: keep[t, v] = v may stay
-    resident into stage t (t = 1..T). A value is kept only while it is resident: one the keep-set wants back
-    after it was dropped is recomputed where a stage reads it, not early just to be held (at tight budgets the
-    LP's fractional residency would otherwise recompute long chains only to keep them: bert at 40% of its
-    keep-everything memory, 518 recomputations against 342). Values that cannot be recomputed and required
+    resident into stage t (t = 1..T). `lazy`: a value is kept only while it is resident, and one the keep-set
+    wants back after it was dropped is recomputed where a stage reads it, not early just to be held (at tight
+    budgets the LP's fractional residency would otherwise recompute long chains only to keep them: bert at 40%
+    of its keep-everything memory, 518 recomputations against 342); not lazy, it is recomputed in the stage
+    before the keep-set wants it, where its inputs may still be at hand (mlp at 80%: only such a rounding fits,
+    and no lazy one can be repaired). Values that cannot be recomputed and required
     results are kept from their computation to their last use (or the end). None if a stage needs a value that
     can be neither kept nor recomputed."""
     a = graph.arrays
@@ -103,6 +108,8 @@ def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str) -> 
         nxt = keep[t + 1]
         comp: set[int] = set()
         stack = list(ins[v])
+        if not lazy:
+            stack += [u for u in np.flatnonzero(nxt).tolist() if u not in present and spec.pos[u] < t]
         while stack:
             u = stack.pop()
             if u in present or u in comp:
@@ -128,7 +135,7 @@ def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str) -> 
 
 
 def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, device: str,
-           deadline: float) -> tuple[Schedule, SimResult] | None:
+           deadline: float, lazy: bool = True) -> tuple[Schedule, SimResult] | None:
     """A keep-set whose rounding overflows the budget, made to fit: at the first instruction over the budget,
     the resident value that frees the most bytes per second of recomputation (and is not read in that stage) is
     dropped from its last read before that stage to its next read, where it is then recomputed; until the
@@ -142,7 +149,7 @@ def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, de
     read_at = [np.sort(spec.pos[a.outputs_of(u)]) for u in range(spec.n)]
     keep = keep.copy()
     while time.perf_counter() < deadline:
-        rounded = round_keep(graph, spec, keep, device)
+        rounded = round_keep(graph, spec, keep, device, lazy)
         if rounded is None:
             return None
         ins, starts = rounded
@@ -189,13 +196,13 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
         if S is None:
             continue
         seen, over = set(), []
-        for theta in thresholds:
+        for theta, lazy in itertools.product(thresholds, (True, False)):
             keep = S >= theta - 1e-9
-            key = keep.tobytes()
+            key = (keep.tobytes(), lazy)
             if key in seen:
                 continue
             seen.add(key)
-            rounded = round_keep(graph, spec, keep, dev.name)
+            rounded = round_keep(graph, spec, keep, dev.name, lazy)
             if rounded is None:
                 continue
             tried += 1
@@ -204,11 +211,11 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
             if r.valid:
                 found.append((sched, r, scale, theta, False))
             elif r.violation.code == "over-budget":
-                over.append((theta, keep))
+                over.append((theta, keep, lazy))
         # repaired overflows often beat the roundings that fit (bert at 40%: 1.58x keep-everything against 1.62x)
-        for k, (theta, keep) in enumerate(over):
+        for k, (theta, keep, lazy) in enumerate(over):
             share = (deadline - time.perf_counter()) / (len(over) - k + 1)
-            fixed = repair(graph, cluster, spec, keep, dev.name, time.perf_counter() + share)
+            fixed = repair(graph, cluster, spec, keep, dev.name, time.perf_counter() + share, lazy)
             if fixed is not None:
                 found.append((*fixed, scale, theta, True))
         if found:
