@@ -538,10 +538,9 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     When the warm start needs gap stages (a larger model with a weaker relaxation), the
     model without them is solved first, for at most _PLAIN_SHARE of the time left
     (_PLAIN_COLD_SHARE when no candidate fits it, so HiGHS must first find a schedule): if
-    that proves the gap with a schedule no slower than the warm start, its schedule is
-    returned; if it found one faster than the warm start, it goes on from that schedule
-    for the rest of the time (it is the better model here); otherwise its schedule joins
-    the candidates and the model with gap stages gets the rest of the time."""
+    that proves the gap (on its own bound) with a schedule no slower than the warm start,
+    its schedule is returned; otherwise its schedule joins the candidates and the model
+    with gap stages gets the rest of the time."""
     if options.params.get("coarsen"):
         return coarsened(graph, cluster, options, milp)
     import highspy
@@ -560,14 +559,13 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
         solve_time += run["solve_time"]
         warm_obj = np.inf if x0 is None else float(model.cost @ x0)
         found = run["x"] is not None
-        proven = found and run["status"] == "optimal" and float(pmodel.cost @ run["x"]) <= warm_obj * (1 + 1e-9)
-        ahead = found and run["status"] == "time_limit" and float(pmodel.cost @ run["x"]) < warm_obj
-        if ahead:
-            left = options.time_limit - (time.perf_counter() - t_start)
-            more = _highs_run(pmodel, run["x"], options, left, stop)
-            solve_time += more["solve_time"]
-            run = {**more, "notes": run["notes"] + more["notes"]}
-        if proven or ahead or (found and run["status"] == "interrupted"):
+        pobj = float(pmodel.cost @ run["x"]) if found else np.inf
+        # HiGHS may stop on time with the gap already closed (its last check not reached): proven all the same
+        within = found and run["bound"] is not None and pobj - run["bound"] * TIME_SCALE <= options.gap * pobj
+        proven = (run["status"] == "optimal" or within) and pobj <= warm_obj * (1 + 1e-9)
+        if proven and run["status"] != "optimal":
+            run = {**run, "status": "optimal"}
+        if proven or (found and run["status"] == "interrupted"):
             return finish(graph, cluster, options, "milp", pmodel.spec, pmodel, run["x"], run["status"],
                           run["bound"], solve_time, build_time, base, f"{pmsg}; with gap stages: {warm_msg}",
                           run["extra"], notes,
