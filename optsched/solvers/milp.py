@@ -562,7 +562,7 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
         pobj = float(pmodel.cost @ run["x"]) if found else np.inf
         # HiGHS may stop on time with the gap already closed (its last check not reached): proven all the same
         within = found and run["bound"] is not None and pobj - run["bound"] * TIME_SCALE <= options.gap * pobj
-        proven = (run["status"] == "optimal" or within) and pobj <= warm_obj * (1 + 1e-9)
+        proven = found and (run["status"] == "optimal" or within) and pobj <= warm_obj * (1 + 1e-9)
         if proven and run["status"] != "optimal":
             run = {**run, "status": "optimal"}
         if proven or (found and run["status"] == "interrupted"):
