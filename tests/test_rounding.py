@@ -164,7 +164,8 @@ def test_repair_makes_an_overflowing_keep_set_fit(seed):
     assert not simulate(g, cl, Schedule(tuple(ins))).valid
     fixed = repair(g, cl, spec, keep, "gpu0", deadline=float("inf"))
     assert fixed is not None
-    sched, r = fixed
+    sched, r, repaired = fixed
+    assert repaired
     assert r.valid and r.recomputed > 0
     assert simulate(g, cl, sched).makespan == pytest.approx(r.makespan)
     assert r.peak["gpu0"] <= cl.devices[0].memory

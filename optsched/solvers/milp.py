@@ -563,10 +563,9 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
         # HiGHS may stop on time with the gap already closed (its last check not reached): proven all the same
         within = found and run["bound"] is not None and pobj - run["bound"] * TIME_SCALE <= options.gap * pobj
         proven = found and (run["status"] == "optimal" or within) and pobj <= warm_obj * (1 + 1e-9)
-        if proven and run["status"] != "optimal":
-            run = {**run, "status": "optimal"}
         if proven or (found and run["status"] == "interrupted"):
-            return finish(graph, cluster, options, "milp", pmodel.spec, pmodel, run["x"], run["status"],
+            return finish(graph, cluster, options, "milp", pmodel.spec, pmodel, run["x"],
+                          "optimal" if proven else run["status"],
                           run["bound"], solve_time, build_time, base, f"{pmsg}; with gap stages: {warm_msg}",
                           run["extra"], notes,
                           run["notes"] + ["solved without gap stages"])

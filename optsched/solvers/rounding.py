@@ -135,20 +135,21 @@ def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str,
 
 
 def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, device: str,
-           deadline: float, lazy: bool = True) -> tuple[Schedule, SimResult] | None:
-    """A keep-set whose rounding overflows the budget, made to fit: at the first instruction over the budget,
-    the resident value that frees the most bytes per second of recomputation (and is not read in that stage) is
-    dropped from its last read before that stage to its next read, where it is then recomputed; until the
-    rounding fits. None if nothing kept can be dropped there, or at the deadline. Near the smallest budget every
+           deadline: float, lazy: bool = True) -> tuple[Schedule, SimResult, bool] | None:
+    """The rounding of a keep-set, its simulation, and whether it had to be repaired to fit the budget: at the
+    first instruction over the budget, the resident value that frees the most bytes per unit of recomputation
+    (and is not read in that stage) is dropped from its last read before that stage to its next read, where it
+    is then recomputed; until the rounding fits. The rounding as it is is always tried; None if it cannot be
+    made, if it fails for another reason than memory, if nothing kept can be dropped at the overflow, or at the
+    deadline. Near the smallest budget every
     rounding of the LP overflows (gpt2, 3 layers, at 25% of its keep-everything memory: by 1.4-2.9x) and the
     LP is infeasible at any smaller budget: this is what finds a schedule there."""
     a = graph.arrays
-    d = cluster.devices[cluster.device_index[device]]
-    gain = a.bytes.astype(float) / np.maximum(np.nan_to_num(a.cost[d.kind]) / d.speed, 1e-12)
+    gain = spec.nbytes / np.maximum(np.nan_to_num(spec.ccost[0]), 1e-12)     # bytes per unit of recomputation
     movable = ~(spec.once | spec.required)
     read_at = [np.sort(spec.pos[a.outputs_of(u)]) for u in range(spec.n)]
-    keep = keep.copy()
-    while time.perf_counter() < deadline:
+    keep, dropped = keep.copy(), False
+    while time.perf_counter() < deadline or not dropped:
         rounded = round_keep(graph, spec, keep, device, lazy)
         if rounded is None:
             return None
@@ -156,7 +157,7 @@ def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, de
         sched = Schedule(tuple(ins), graph=graph.name)
         r = simulate(graph, cluster, sched)
         if r.valid:
-            return sched, r
+            return sched, r, dropped
         if r.violation.code != "over-budget":
             return None
         t = int(np.searchsorted(starts, r.violation.index, side="right")) - 1
@@ -171,6 +172,7 @@ def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, de
         u, nxt = drop
         before = read_at[u][read_at[u] < t]
         keep[(int(before[-1]) if before.size else int(spec.pos[u])) + 1:nxt + 1, u] = False
+        dropped = True
     return None
 
 
@@ -195,29 +197,17 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
             infeasible_at = scale
         if S is None:
             continue
-        seen, over = set(), []
+        keeps = {}
         for theta, lazy in itertools.product(thresholds, (True, False)):
             keep = S >= theta - 1e-9
-            key = (keep.tobytes(), lazy)
-            if key in seen:
-                continue
-            seen.add(key)
-            rounded = round_keep(graph, spec, keep, dev.name, lazy)
-            if rounded is None:
-                continue
-            tried += 1
-            sched = Schedule(tuple(rounded[0]), graph=graph.name)
-            r = simulate(graph, cluster, sched)
-            if r.valid:
-                found.append((sched, r, scale, theta, False, lazy))
-            elif r.violation.code == "over-budget":
-                over.append((theta, keep, lazy))
+            keeps.setdefault((keep.tobytes(), lazy), (theta, keep, lazy))
         # repaired overflows often beat the roundings that fit (bert at 40%: 1.58x keep-everything against 1.62x)
-        for k, (theta, keep, lazy) in enumerate(over):
-            share = (deadline - time.perf_counter()) / (len(over) - k + 1)
+        for k, (theta, keep, lazy) in enumerate(keeps.values()):
+            tried += 1
+            share = (deadline - time.perf_counter()) / (len(keeps) - k + 1)
             fixed = repair(graph, cluster, spec, keep, dev.name, time.perf_counter() + share, lazy)
             if fixed is not None:
-                found.append((*fixed, scale, theta, True, lazy))
+                found.append((*fixed, scale, theta, lazy))
         if found:
             break
     if not found:
@@ -226,19 +216,15 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
                               hint="use the MILP, allow swapping, or raise the budget")
     # on a tie the rounding that recomputes a stage early: it is the LP's own staging, so it fits the MILP's stage
     # model without gap stages more often (transformer at 60%: 8 gap stages lazily, none so; optimal in 21 s, not
-    # 1.6% gap in 60 s)
-    found.sort(key=lambda f: (f[1].makespan, f[5]))
-    best = found[0]
-    if p.get("polish", True):
-        # polishing reorders them (bert at 40%: 3.08x as rounded, 1.63x polished; 2.21x repaired, 1.58x polished)
-        polished = []
-        for sched, r0, scale, theta, repaired, lazy in found[:_POLISHED]:
-            sched, r = keep_instead_of_recompute(graph, cluster, sched, deadline=deadline)
-            polished.append((sched, r, scale, theta, repaired, lazy, r0.recomputed))
-        best = min(polished, key=lambda f: (f[1].makespan, f[5]))
-    else:
-        best = (*best, best[1].recomputed)
-    sched, r, scale, theta, repaired, _, rounded = best
+    # 1.6% gap in 60 s); then the rounding that fits as it is
+    found.sort(key=lambda f: (f[1].makespan, f[5], f[2]))
+    polish = p.get("polish", True)
+    # polishing reorders them (bert at 40%: 3.08x as rounded, 1.63x polished; 2.21x repaired, 1.58x polished)
+    done = []
+    for sched, r0, repaired, scale, theta, lazy in found[:_POLISHED if polish else 1]:
+        sched, r = keep_instead_of_recompute(graph, cluster, sched, deadline=deadline) if polish else (sched, r0)
+        done.append((sched, r, scale, theta, repaired, lazy, r0.recomputed))
+    sched, r, scale, theta, repaired, _, rounded = min(done, key=lambda f: (f[1].makespan, f[5]))
     return Schedule(sched.instructions, SolveReport(
         "lp-rounding", "heuristic", objective=r.makespan, solve_time=time.perf_counter() - t0,
         extra={"peak": r.peak, "recomputed": r.recomputed, "recomputed_as_rounded": rounded,
