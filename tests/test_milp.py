@@ -231,6 +231,42 @@ def test_the_model_without_gap_stages_is_proven_by_its_gap_even_when_highs_stops
     assert s.report.objective == pytest.approx(float(plain.cost @ out["x"]) / M.TIME_SCALE)
 
 
+def test_with_two_threads_the_models_run_side_by_side_and_the_plain_proof_stops_the_other(monkeypatch):
+    # the same graph on two threads: both models start at once, each on one thread; when the plain model proves
+    # its gap, the gap-stage run is cancelled, and the plain model's schedule comes back as optimal
+    import importlib
+
+    M = importlib.import_module("optsched.solvers.milp")
+    real, calls = M._highs_run, []
+
+    def run(model, x0, options, left, stop, cancel=None):
+        started = time.perf_counter()
+        out = real(model, x0, options, left, stop, cancel)
+        calls.append({"model": model, "options": options, "cancel": cancel, "started": started,
+                      "ended": time.perf_counter(), "out": out})
+        return out
+
+    monkeypatch.setattr(M, "_highs_run", run)
+    g = generate.random_training_graph(40, 3, window=2)
+    cl = one_gpu(int(0.5 * _ke_peak(g)))
+    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=40, threads=2))
+    assert len(calls) == 2
+    plain, staged = sorted(calls, key=lambda c: c["model"].spec.T)
+    assert plain["model"].spec.T == plain["model"].spec.n + plain["model"].spec.K < staged["model"].spec.T
+    assert plain["options"].threads == staged["options"].threads == 1
+    assert plain["options"].progress is None          # one progress line per step: the gap-stage run's
+    # side by side: each started before the other ended
+    assert plain["started"] < staged["ended"] and staged["started"] < plain["ended"]
+    assert plain["out"]["status"] in ("optimal", "time_limit") and not plain["cancel"].is_set()
+    assert staged["cancel"].is_set() and staged["out"]["status"] == "time_limit"
+    assert s.report.status == "optimal" and s.report.gap <= 0.01 and simulate(g, cl, s).valid
+    assert "solved without gap stages" in s.report.message
+    assert s.report.objective == pytest.approx(float(plain["model"].cost @ plain["out"]["x"]) / M.TIME_SCALE)
+    runs = s.report.extra["runs"]
+    assert runs["without gap stages"]["objective"] == pytest.approx(s.report.objective)
+    assert runs["with gap stages"]["stages"] == staged["model"].spec.T
+
+
 def test_an_operation_that_fits_no_device_is_refused_without_solving():
     g = generate.random_training_graph(12, 3)
     node, need = largest_operation(g)
@@ -479,7 +515,7 @@ def test_an_abandoned_highs_run_does_not_abort_the_process_at_exit(tmp_path):
         "M = importlib.import_module('optsched.solvers.milp')\n"
         "h = M.highs_model(build_model(make_spec(random_training_graph(40, 5), single_accelerator(3 * 10**6))))\n"
         "h.setOptionValue('time_limit', 2.0)\n"
-        "t = threading.Thread(target=M._run, args=(h,), daemon=True)\n"
+        "t = threading.Thread(target=M.run_highs, args=(h,), daemon=True)\n"
         "t.start()\n"
         "if sys.argv[1] == 'abandon':\n"
         "    M._abandon(t)\n")

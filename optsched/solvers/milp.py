@@ -91,13 +91,16 @@ Time and interrupts: `time_limit` bounds the whole call; HiGHS gets what is
 left after the candidates and the model are built, runs in a worker thread and
 is stopped by Ctrl-C through its interrupt callbacks (status `interrupted`,
 best schedule so far). Models too large to solve in the time left are not
-handed to HiGHS (see _NNZ_PER_S).
+handed to HiGHS (see _NNZ_PER_S). When the warm start needs gap stages, the
+model without them runs too: side by side on two cores or more (HiGHS's branch
+and bound uses one), one after the other on one (`_run_pair`).
 """
 
 from __future__ import annotations
 
 import atexit
 import math
+import os
 import threading
 import time
 from dataclasses import replace
@@ -536,11 +539,11 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     a second Ctrl-C while it winds down aborts.
 
     When the warm start needs gap stages (a larger model with a weaker relaxation), the
-    model without them is solved first, for at most _PLAIN_SHARE of the time left
-    (_PLAIN_COLD_SHARE when no candidate fits it, so HiGHS must first find a schedule): if
-    that proves the gap (on its own bound) with a schedule no slower than the warm start,
-    its schedule is returned; otherwise its schedule joins the candidates and the model
-    with gap stages gets the rest of the time."""
+    model without them (over the best candidate that fits it, or cold) is solved too: beside
+    it on two cores or more, before it on one (`_run_pair`). If the plain model proves its gap
+    (on its own bound) with a schedule no slower than the warm start, that schedule is
+    returned as optimal; otherwise the faster of the two schedules, with its own model's
+    status and bound (`extra["runs"]` reports both runs)."""
     if options.params.get("coarsen"):
         return coarsened(graph, cluster, options, milp)
     import highspy
@@ -551,38 +554,100 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     if options.write_model:
         write_model(model, options.write_model)
     stop = threading.Event()
-    solve_time = 0.0
-    if alt is not None:
-        pmodel, px0, pmsg = alt
-        left = options.time_limit - (time.perf_counter() - t_start)
-        run = _highs_run(pmodel, px0, options, left * (_PLAIN_SHARE if px0 is not None else _PLAIN_COLD_SHARE), stop)
-        solve_time += run["solve_time"]
-        warm_obj = np.inf if x0 is None else float(model.cost @ x0)
-        found = run["x"] is not None
-        pobj = float(pmodel.cost @ run["x"]) if found else np.inf
-        # HiGHS may stop on time with the gap already closed (its last check not reached): proven all the same
-        within = found and run["bound"] is not None and pobj - run["bound"] * TIME_SCALE <= options.gap * pobj
-        proven = found and (run["status"] == "optimal" or within) and pobj <= warm_obj * (1 + 1e-9)
-        if proven or (found and run["status"] == "interrupted"):
-            return finish(graph, cluster, options, "milp", pmodel.spec, pmodel, run["x"],
-                          "optimal" if proven else run["status"],
-                          run["bound"], solve_time, build_time, base, f"{pmsg}; with gap stages: {warm_msg}",
-                          run["extra"], notes,
-                          run["notes"] + ["solved without gap stages"])
-        if run["x"] is not None:
-            dec = decisions_from_x(pmodel, run["x"])
-            sched = Schedule(tuple(emit(graph, pmodel.spec, dec)), graph=graph.name)
-            res = simulate(graph, cluster, sched)
-            if not res.valid:
-                raise MilpBug(f"MILP schedule rejected by the simulator: {describe(res.violation)}")
-            base = [*base, ("milp-without-gap-stages", sched, res)]
-        if stop.is_set():
-            return finish(graph, cluster, options, "milp", spec, model, x0, "interrupted", None, solve_time,
-                          build_time, base, warm_msg, {"backend": "highs"}, notes, run["notes"])
     left = options.time_limit - (time.perf_counter() - t_start)
-    run = _highs_run(model, x0, options, left, stop)
-    return finish(graph, cluster, options, "milp", spec, model, run["x"], run["status"], run["bound"],
-                  solve_time + run["solve_time"], build_time, base, warm_msg, run["extra"], notes, run["notes"])
+    if alt is None:
+        run = _highs_run(model, x0, options, left, stop)
+        return finish(graph, cluster, options, "milp", spec, model, run["x"], run["status"], run["bound"],
+                      run["solve_time"], build_time, base, warm_msg, run["extra"], notes, run["notes"])
+    pmodel, px0, pmsg = alt
+    plain, staged, solve_time, side = _run_pair(pmodel, px0, model, x0, options, left, stop)
+    pobj = np.inf if plain["x"] is None else float(pmodel.cost @ plain["x"])
+    sobj = np.inf if x0 is None else float(model.cost @ (x0 if staged is None else staged["x"]))
+    runs = {"without gap stages": _summary(pmodel, plain), "with gap stages": _summary(model, staged)}
+    if plain["x"] is not None and pobj <= sobj * (1 + 1e-9):     # the faster schedule, with its own model's bound
+        status = "interrupted" if stop.is_set() else "optimal" if _proven(pmodel, plain, options.gap) \
+            else plain["status"]
+        return finish(graph, cluster, options, "milp", pmodel.spec, pmodel, plain["x"], status, plain["bound"],
+                      solve_time, build_time, base, f"{pmsg}; with gap stages: {warm_msg}",
+                      {**plain["extra"], "runs": runs}, notes, plain["notes"] + ["solved without gap stages"] + side)
+    if staged is None:          # Ctrl-C during the plain run: the warm start stands
+        return finish(graph, cluster, options, "milp", spec, model, x0, "interrupted", None, solve_time,
+                      build_time, base, warm_msg, {"backend": "highs", "runs": runs}, notes, plain["notes"])
+    return finish(graph, cluster, options, "milp", spec, model, staged["x"], staged["status"], staged["bound"],
+                  solve_time, build_time, base, warm_msg, {**staged["extra"], "runs": runs}, notes,
+                  staged["notes"] + side)
+
+
+def _proven(model: MilpArrays, run: dict, gap: float) -> bool:
+    """The run has a schedule within `gap` of its model's optimum. HiGHS may stop on time with the gap already
+    closed (its last check not reached): proven all the same."""
+    if run["x"] is None:
+        return False
+    obj = float(model.cost @ run["x"])
+    return run["status"] == "optimal" or (run["bound"] is not None and obj - run["bound"] * TIME_SCALE <= gap * obj)
+
+
+def _summary(model: MilpArrays, run: dict | None) -> dict | None:
+    """What one HiGHS run reached, for the report (`extra["runs"]`)."""
+    if run is None:
+        return None
+    obj = None if run["x"] is None else float(model.cost @ run["x"]) / TIME_SCALE
+    return {"status": run["status"], "objective": obj, "bound": run["bound"], "stages": model.spec.T,
+            "solve_time": run["solve_time"]}
+
+
+def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: threading.Event):
+    """(plain run, staged run or None, solve time, notes): the model without gap stages and the warm start's
+    model with them. With two cores or more, side by side, each on half the threads and all the time left
+    (HiGHS's branch and bound works on one core; the two runs double what a 60 s limit buys on two), and the first
+    to settle stops the other: the plain model proving its gap with a schedule no slower than the staged model's
+    start, or the staged model proving optimality. On one core, the plain model first for _PLAIN_SHARE of the
+    time (_PLAIN_COLD_SHARE when it starts cold, as it must find a schedule before it can prove one), then the
+    staged model for the rest unless the plain one proved its gap."""
+    warm = np.inf if x0 is None else float(model.cost @ x0)
+
+    def settled(run):
+        return _proven(pmodel, run, options.gap) and float(pmodel.cost @ run["x"]) <= warm * (1 + 1e-9)
+
+    cores = options.threads or os.cpu_count() or 1
+    if cores < 2:
+        share = _PLAIN_SHARE if px0 is not None else _PLAIN_COLD_SHARE
+        t0 = time.perf_counter()
+        plain = _highs_run(pmodel, px0, options, left * share, stop)
+        if settled(plain) or stop.is_set():
+            return plain, None, plain["solve_time"], []
+        staged = _highs_run(model, x0, options, left - (time.perf_counter() - t0), stop)
+        return plain, staged, plain["solve_time"] + staged["solve_time"], []
+    half = replace(options, threads=max(1, cores // 2))
+    cancel = (threading.Event(), threading.Event())
+    out: list = [None, None]
+
+    def go(i, m, x, opts):
+        try:
+            out[i] = _highs_run(m, x, opts, left, stop, cancel[i])
+            if settled(out[0]) if i == 0 else out[1]["status"] == "optimal":
+                cancel[1 - i].set()
+        except BaseException as e:      # raised again in the calling thread
+            out[i] = e
+            cancel[1 - i].set()
+
+    t0 = time.perf_counter()
+    workers = [threading.Thread(target=go, args=(0, pmodel, px0, replace(half, progress=None)), daemon=True),
+               threading.Thread(target=go, args=(1, model, x0, half), daemon=True)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        while w.is_alive():
+            try:
+                w.join(0.05)
+            except KeyboardInterrupt:
+                if stop.is_set():
+                    raise
+                stop.set()
+    for r in out:
+        if isinstance(r, BaseException):
+            raise r
+    return out[0], out[1], time.perf_counter() - t0, ["the models with and without gap stages ran side by side"]
 
 
 _PLAIN_SHARE = 0.2
@@ -606,8 +671,10 @@ def _set_options(h, options: SolveOptions, warm: bool = False) -> None:
             raise OptschedError(f"HiGHS refused option {k}={v!r} (params['highs']); see HiGHS's option list")
 
 
-def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: threading.Event) -> dict:
-    """HiGHS on `model` from `x0` for at most `left` seconds, in a worker thread stopped by Ctrl-C (`stop`):
+def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: threading.Event,
+               cancel: threading.Event | None = None) -> dict:
+    """HiGHS on `model` from `x0` for at most `left` seconds, in a worker thread stopped by Ctrl-C (`stop`), or
+    by `cancel` (a run beside it settled the solve; status "time_limit": stopped before proving):
     {x, status, bound, extra, notes, solve_time}; x is x0 when HiGHS found nothing better or did not run."""
     import highspy
 
@@ -639,7 +706,7 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
     halt = threading.Event()     # this run only: abandoned after overrunning (stop: the user's Ctrl-C, every run)
 
     def poll(e):
-        if stop.is_set() or halt.is_set():
+        if stop.is_set() or halt.is_set() or (cancel is not None and cancel.is_set()):
             e.interrupt()
 
     if options.progress is not None:
@@ -655,7 +722,7 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
     abandoned = False
     if ran:
         h.setOptionValue("time_limit", float(left))
-        worker = threading.Thread(target=_run, args=(h,), daemon=True)
+        worker = threading.Thread(target=run_highs, args=(h,), daemon=True)
         worker.start()
         while worker.is_alive():
             try:
@@ -688,6 +755,8 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         extra.update(model_status=h.modelStatusToString(ms), nodes=int(info.mip_node_count))
     if stop.is_set() and not abandoned:
         status = "interrupted"
+    elif status == "interrupted":
+        status = "time_limit"      # cancelled by the run beside it
     return {"x": x, "status": status, "bound": bound, "extra": extra, "notes": notes,
             "solve_time": time.perf_counter() - t0}
 
@@ -703,12 +772,16 @@ def _abandon(worker: threading.Thread) -> None:
     _ABANDONED.append(worker)
 
 
-def _run(h) -> None:
-    """HiGHS's solve, in the worker thread (the C++ run releases the GIL)."""
+def run_highs(h):
+    """HiGHS's solve in the calling thread (a worker thread here: the C++ run releases the GIL), then its thread
+    pool released, as highspy's own threaded solve does. HiGHS sizes one pool per calling thread, once: without
+    the release, a later solve in the same thread that asks for another `threads` fails (lp-rounding with 2
+    threads after a solve with 1 found no LP solution at all)."""
     import highspy
 
-    h.run()
-    highspy.Highs.resetGlobalScheduler(False)   # as highspy's own threaded solve does
+    status = h.run()
+    highspy.Highs.resetGlobalScheduler(False)
+    return status
 
 
 # ----------------------------------------------------------------------------- PuLP

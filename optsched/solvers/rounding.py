@@ -65,11 +65,15 @@ class _Relaxation:
         """(S[t, v] on the first device or None, and whether the LP is proven infeasible)."""
         import highspy
 
+        from .milp import run_highs
+
         if self.rows is not None:
             n = self.rows.size
             self.h.changeRowsBounds(n, self.rows, np.full(n, -np.inf), np.full(n, float(scale)))
         self.h.setOptionValue("time_limit", float(max(time_limit, 0.1)))
-        self.h.run()
+        if run_highs(self.h) == highspy.HighsStatus.kError:
+            status = self.h.modelStatusToString(self.h.getModelStatus())
+            raise RuntimeError(f"HiGHS failed on the LP relaxation ({status})")
         status = self.h.getModelStatus()
         if status != highspy.HighsModelStatus.kOptimal:
             return None, status == highspy.HighsModelStatus.kInfeasible
