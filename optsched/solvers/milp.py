@@ -564,16 +564,20 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     pobj = np.inf if plain["x"] is None else float(pmodel.cost @ plain["x"])
     sobj = np.inf if x0 is None else float(model.cost @ (x0 if staged is None else staged["x"]))
     runs = {"without gap stages": _summary(pmodel, plain), "with gap stages": _summary(model, staged)}
-    if plain["x"] is not None and pobj <= sobj * (1 + 1e-9):     # the faster schedule, with its own model's bound
-        status = "interrupted" if stop.is_set() else "optimal" if _proven(pmodel, plain, options.gap) \
-            else plain["status"]
+    pproven = _proven(pmodel, plain, options.gap)
+    sproven = staged is not None and _proven(model, staged, options.gap)
+    # the faster schedule, with its own model's bound; on a tie, the proven one
+    tie = pobj <= sobj * (1 + 1e-9)
+    if plain["x"] is not None and (pobj < sobj * (1 - 1e-9) or (tie and (pproven or not sproven))):
+        status = "interrupted" if stop.is_set() else "optimal" if pproven else plain["status"]
         return finish(graph, cluster, options, "milp", pmodel.spec, pmodel, plain["x"], status, plain["bound"],
                       solve_time, build_time, base, f"{pmsg}; with gap stages: {warm_msg}",
                       {**plain["extra"], "runs": runs}, notes, plain["notes"] + ["solved without gap stages"] + side)
     if staged is None:          # Ctrl-C during the plain run: the warm start stands
         return finish(graph, cluster, options, "milp", spec, model, x0, "interrupted", None, solve_time,
                       build_time, base, warm_msg, {"backend": "highs", "runs": runs}, notes, plain["notes"])
-    return finish(graph, cluster, options, "milp", spec, model, staged["x"], staged["status"], staged["bound"],
+    status = "optimal" if sproven and not stop.is_set() else staged["status"]
+    return finish(graph, cluster, options, "milp", spec, model, staged["x"], status, staged["bound"],
                   solve_time, build_time, base, warm_msg, {**staged["extra"], "runs": runs}, notes,
                   staged["notes"] + side)
 
@@ -620,12 +624,16 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
         return plain, staged, plain["solve_time"] + staged["solve_time"], []
     half = replace(options, threads=max(1, cores // 2))
     cancel = (threading.Event(), threading.Event())
+    live: tuple = ({}, {})
     out: list = [None, None]
 
     def go(i, m, x, opts):
+        # a run that settles stops the other unless the other holds a faster schedule (different orders)
         try:
-            out[i] = _highs_run(m, x, opts, left, stop, cancel[i])
-            if settled(out[0]) if i == 0 else out[1]["status"] == "optimal":
+            out[i] = _highs_run(m, x, opts, left, stop, cancel[i], live[i])
+            if not (settled(out[0]) if i == 0 else _proven(model, out[1], options.gap)):
+                return
+            if live[1 - i].get("obj", np.inf) >= float(m.cost @ out[i]["x"]) * (1 - 1e-9):
                 cancel[1 - i].set()
         except BaseException as e:      # raised again in the calling thread
             out[i] = e
@@ -672,9 +680,10 @@ def _set_options(h, options: SolveOptions, warm: bool = False) -> None:
 
 
 def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: threading.Event,
-               cancel: threading.Event | None = None) -> dict:
+               cancel: threading.Event | None = None, live: dict | None = None) -> dict:
     """HiGHS on `model` from `x0` for at most `left` seconds, in a worker thread stopped by Ctrl-C (`stop`), or
-    by `cancel` (a run beside it settled the solve; status "time_limit": stopped before proving):
+    by `cancel` (a run beside it settled the solve; status "time_limit": stopped before proving); `live["obj"]`
+    follows its incumbent (model units) for the run beside it:
     {x, status, bound, extra, notes, solve_time}; x is x0 when HiGHS found nothing better or did not run."""
     import highspy
 
@@ -709,6 +718,13 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         if stop.is_set() or halt.is_set() or (cancel is not None and cancel.is_set()):
             e.interrupt()
 
+    if live is not None:
+        live["obj"] = np.inf if x0 is None else float(model.cost @ x0)
+
+        def improved(e):
+            live["obj"] = min(live["obj"], e.data_out.mip_primal_bound)
+
+        h.cbMipImprovingSolution.subscribe(improved)
     if options.progress is not None:
         h.cbMipImprovingSolution.subscribe(report)
         h.cbMipInterrupt.subscribe(report)
