@@ -645,13 +645,7 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     for w in workers:
         w.start()
     for w in workers:
-        while w.is_alive():
-            try:
-                w.join(0.05)
-            except KeyboardInterrupt:
-                if stop.is_set():
-                    raise
-                stop.set()
+        _join(w, stop)
     for r in out:
         if isinstance(r, BaseException):
             raise r
@@ -740,19 +734,11 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         h.setOptionValue("time_limit", float(left))
         worker = threading.Thread(target=run_highs, args=(h,), daemon=True)
         worker.start()
-        while worker.is_alive():
-            try:
-                worker.join(0.05)
-            except KeyboardInterrupt:
-                if stop.is_set():
-                    raise
-                stop.set()
-            if time.perf_counter() > t0 + left + _GRACE:
-                halt.set()
-                abandoned = True
-                notes.append("HiGHS overran the time limit and was abandoned")
-                _abandon(worker)
-                break
+        if not _join(worker, stop, t0 + left + _GRACE):
+            halt.set()
+            abandoned = True
+            notes.append("HiGHS overran the time limit and was abandoned")
+            _abandon(worker)
     x, bound, extra = x0, None, {"backend": "highs"}
     status = "time_limit"
     if ran and not abandoned:
@@ -775,6 +761,21 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         status = "time_limit"      # cancelled by the run beside it
     return {"x": x, "status": status, "bound": bound, "extra": extra, "notes": notes,
             "solve_time": time.perf_counter() - t0}
+
+
+def _join(worker: threading.Thread, stop: threading.Event, until: float = math.inf) -> bool:
+    """Wait for `worker` until the perf_counter time `until`: False if it is still running then. The first
+    Ctrl-C sets `stop` (the runs' interrupt callbacks see it); a second one while they wind down aborts."""
+    while worker.is_alive():
+        try:
+            worker.join(0.05)
+        except KeyboardInterrupt:
+            if stop.is_set():
+                raise
+            stop.set()
+        if worker.is_alive() and time.perf_counter() > until:
+            return False
+    return True
 
 
 _ABANDONED: list[threading.Thread] = []
