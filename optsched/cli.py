@@ -655,8 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except InfeasibleError as e:
-        msg = e.render()     # the MILP's messages say themselves whether none fits or none was found in time
-        print(f"optsched: {'' if msg.startswith('no schedule') else 'no schedule fits: '}{msg}", file=sys.stderr)
+        print(f"optsched: {e.render()}", file=sys.stderr)
         return 1
     except OptschedError as e:
         print(f"optsched: error: {e.render()}", file=sys.stderr)

@@ -9,7 +9,8 @@ a variant that restricts what it may do: `milp/recompute-only` (no swapping),
 problems (joint, recompute-only, swap-only).
 
 Row columns: solver, status (the solver's own status, `invalid` when the
-simulator rejects its schedule, `infeasible` when it finds none, `error` when
+simulator rejects its schedule, `infeasible` when it finds none, `no_incumbent`
+when its time limit ran out before it found one (not a proof), `error` when
 it does not apply to the problem), valid, violation, step_time_s, overhead
 (step time over keep-everything's, minus 1), compute/recompute/transfer
 totals, bytes swapped out and in, peak_<device>_bytes per device, the
@@ -91,7 +92,8 @@ def run_solver(graph: Graph, cluster: Cluster, solver: str, options: SolveOption
     try:
         sched = fn(graph, cluster, opts)
     except InfeasibleError as e:
-        row.update(status="infeasible", solve_s=time.perf_counter() - t0, message=e.render())
+        row.update(status="infeasible" if e.proven else "no_incumbent", solve_s=time.perf_counter() - t0,
+                   message=e.render())
         return Run(solver, None, None, row)
     except OptschedError as e:
         row.update(status="error", solve_s=time.perf_counter() - t0, message=e.render())

@@ -53,4 +53,13 @@ class ClusterError(OptschedError):
 
 
 class InfeasibleError(OptschedError):
-    """No schedule fits the budget; the message says how much would."""
+    """No schedule fits the budget; the message says how much would. `proven` False: the search ran out of
+    time without finding one, which does not prove there is none (more time may find one)."""
+
+    def __init__(self, message: str, *, proven: bool = True, **where):
+        self.proven = proven
+        super().__init__(message, **where)
+
+    def render(self) -> str:
+        head = "no schedule fits" if self.proven else "no schedule found within the time limit"
+        return f"{head}: {super().render()}"

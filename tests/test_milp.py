@@ -186,6 +186,7 @@ def test_infeasible_budget_says_both_numbers():
     with pytest.raises(InfeasibleError) as e:
         solve(g, cl, "milp", time_limit=10)
     msg = str(e.value)
+    assert e.value.proven and msg.startswith("no schedule fits: ")
     assert str(lb) in msg and "smallest budget at which a schedule was found" in msg
     assert str(_ke_peak(g)) in msg or "bytes)" in msg.split("found:")[1]
 
@@ -199,6 +200,7 @@ def test_no_schedule_within_the_time_limit_is_not_called_infeasible():
     with pytest.raises(InfeasibleError) as e:
         solve(g, cl, "milp", SolveOptions(swap=False, time_limit=0.05, threads=1))
     assert "no schedule found within the time limit" in str(e.value) and "no schedule fits" not in str(e.value)
+    assert not e.value.proven
     assert "--time-limit, now 0.05 s" in e.value.hint
     s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=30, threads=1))
     assert s.report.status == "optimal" and simulate(g, cl, s).valid

@@ -72,7 +72,7 @@ def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, b
         last = r.violation
         if last.code != "over-budget":
             raise RuntimeError(f"{name} produced an invalid schedule: {last.message}")
-    raise InfeasibleError(f"{name}: no schedule within the budget found ({last.message})")
+    raise InfeasibleError(f"{name} found none within the budget ({last.message})")
 
 
 def _single_device_inputs(graph: Graph, cluster: Cluster, options: SolveOptions):

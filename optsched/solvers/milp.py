@@ -347,15 +347,13 @@ def _infeasible(graph, cluster, options, base, why, proven=True):
         m = max(pk.values()) if pk else 0
         smallest = m if smallest is None else min(smallest, m)
     budgets = ", ".join(f"{d.name} {format_size(d.memory)}" for d in cluster.devices if d.kind == "cuda")
-    head = "no schedule fits" if proven else "no schedule found within the time limit for"
-    msg = (f"{head} the memory budget ({budgets}): {why}. Memory lower bound: {format_size(lb)} "
-           f"({lb} bytes)")
+    msg = f"budget {budgets}; {why}. Memory lower bound: {format_size(lb)} ({lb} bytes)"
     if smallest is not None:
         msg += f"; smallest budget at which a schedule was found: {format_size(smallest)} ({smallest} bytes)"
     hint = "raise the budget, add devices, or allow swapping and recomputation"
     if not proven:
         hint = f"give the solver more time (--time-limit, now {options.time_limit:g} s), or {hint}"
-    raise InfeasibleError(msg, hint=hint)
+    raise InfeasibleError(msg, hint=hint, proven=proven)
 
 
 def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, solve_time, build_time, base,
