@@ -407,6 +407,31 @@ def test_schedule_lower_bound_counts_a_slow_host_as_a_fraction_of_a_device():
     assert simulate(g, cl, s).makespan == pytest.approx(4.0, rel=1e-6)
 
 
+def test_an_operation_too_big_for_the_gpu_is_modelled_and_bounded_on_the_host():
+    # x -> big -> y: `big` with its input needs 1100 bytes, over the GPU's 1000, so it must run on the host
+    # (cost 10, not 1): the model has no GPU column for it, and every bound counts its host time
+    from optsched.solvers.milp import schedule_lower_bound
+
+    z = {"cuda": 0.0, "cpu": 0.0}
+    nodes = (Node("x", "data", "input", (), z, 100, recomputable=False),
+             Node("big", "op", "forward", ("x",), {"cuda": 1.0, "cpu": 10.0}, 1000),
+             Node("y", "op", "forward", ("big",), {"cuda": 1.0, "cpu": 10.0}, 8, required=True))
+    g = check_graph(Graph(nodes, name="big-op"))
+    cl = gpu_host(1000, bandwidth=1e6)
+    spec = make_spec(g, cl)
+    gpu, big = spec.dev_names.index("gpu0"), g.arrays.index["big"]
+    assert spec.runs[gpu, big] and np.isnan(spec.ccost[gpu, big])
+    assert (build_model(spec).R[gpu, :, big] < 0).all()
+    assert schedule_lower_bound(spec) >= 10.0
+    s = solve(g, cl, "milp", SolveOptions(time_limit=30, threads=1))
+    r = simulate(g, cl, s)
+    assert r.valid and s.report.status == "optimal"
+    assert s.report.bound >= 10.0 and r.makespan >= s.report.bound * (1 - 1e-9)
+    # the one-device (no-swap, no host) problem has no schedule at all, and says which operation
+    with pytest.raises(InfeasibleError, match="'big' needs 1.10 kB"):
+        solve(g, one_gpu(1000), "milp", time_limit=10)
+
+
 def test_highs_defaults_cut_heuristics_only_with_a_warm_start_and_yield_to_the_user():
     from optsched.solvers.milp import _set_options
 

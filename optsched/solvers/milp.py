@@ -51,7 +51,9 @@ Reductions and what they cost:
   (need_end) or v is required; C only where its destination could hold v and
   before the last useful stage; memory rows dropped on devices whose budget
   exceeds the graph's total bytes; params/inputs have no R outside their
-  window; copies into the host removed when swap is off.
+  window; no R on a device whose budget cannot hold the operation's inputs,
+  output and workspace at once (so `schedule_lower_bound` counts it at the
+  device it must use); copies into the host removed when swap is off.
 - restrictions (may cost optimality against schedules outside the model):
   the fixed order itself (the graph's topological order, or the warm start's
   first-computation order); the stage barrier (no overlap across stages);
@@ -109,7 +111,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..errors import InfeasibleError, OptschedError
-from ..graph import Graph, memory_lower_bound
+from ..graph import Graph, memory_lower_bound, operation_memory
 from ..schedule import Schedule, SolveReport
 from ..simulate import describe, simulate
 from ..units import format_size
@@ -244,17 +246,15 @@ def _stage_over(graph, spec_of, sched, order, window, gaps):
 def _unplaceable(graph: Graph, spec: ModelSpec) -> str:
     """Why no schedule exists, without running a solver, when an operation's inputs, output and workspace
     exceed the budget of every device that can run it; "" otherwise."""
-    a = graph.arrays
-    owner = np.repeat(np.arange(spec.n), np.diff(a.in_ptr))
-    need = np.bincount(owner, weights=spec.nbytes[a.in_idx], minlength=spec.n) + spec.nbytes + spec.ws
-    room = np.where(~np.isnan(spec.ccost), spec.budget[:, None], -np.inf).max(axis=0, initial=-np.inf)
+    need = operation_memory(graph)
+    room = np.where(spec.runs, spec.budget[:, None], -np.inf).max(axis=0, initial=-np.inf)
     bad = np.flatnonzero(need > room)
     if not bad.size:
         return ""
     v = int(bad[np.argmax(need[bad] - room[bad])])
-    where = [spec.dev_names[d] for d in np.flatnonzero(~np.isnan(spec.ccost[:, v]))]
-    return (f"operation {a.ids[v]!r} needs {format_size(need[v])} while it runs (inputs, output, workspace), more "
-            f"than the budget of any device that can run it ({', '.join(where) or 'none'})")
+    where = [spec.dev_names[d] for d in np.flatnonzero(spec.runs[:, v])]
+    return (f"operation {graph.arrays.ids[v]!r} needs {format_size(need[v])} while it runs (inputs, output, "
+            f"workspace), more than the budget of any device that can run it ({', '.join(where) or 'none'})")
 
 
 def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cluster import Cluster
-from ..graph import Graph
+from ..graph import Graph, operation_memory
 from ..schedule import Compute, Copy, Free, Schedule, Sync
 
 TIME_SCALE = 1e3          # the model's time unit is the millisecond (better-scaled rows)
@@ -37,7 +37,7 @@ class ModelSpec:
     dev: list[int]           # cluster device index of each model device
     dev_names: list[str]
     links: list[tuple[int, int, int]]   # (cluster link index, src model device, dst model device)
-    ccost: np.ndarray        # (nD, n) model-time units per compute, nan = cannot run there
+    ccost: np.ndarray        # (nD, n) model-time units per compute, nan = cannot run there (see `runs`)
     lcost: np.ndarray        # (nL, n) model-time units per copy
     lissue: np.ndarray       # (nL,) model-time units each copy also takes from both ends' compute streams
     nbytes: np.ndarray
@@ -54,6 +54,8 @@ class ModelSpec:
     in_idx: np.ndarray
     out_ptr: np.ndarray
     out_idx: np.ndarray
+    runs: np.ndarray         # (nD, n) bool: the device's kind has a cost for v (ccost is also nan where v's
+                             # inputs, output and workspace exceed the device's budget)
     instage: bool = False    # memory tracked within the stage (Checkmate's FREE) rather than for the whole stage
     notes: dict = field(default_factory=dict)
 
@@ -112,8 +114,8 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
         lk = cluster.links[li]
         lcost[k] = (lk.latency + a.bytes / lk.bandwidth) * TIME_SCALE
     lissue = np.array([cluster.links[li].issue * TIME_SCALE for li, _, _ in links], dtype=np.float64)
-    runnable_any = ~np.isnan(ccost).all(axis=0)
-    multi = int((~np.isnan(ccost)).any(axis=1).sum()) > 1 or nL > 0
+    runs = ~np.isnan(ccost)
+    multi = int(runs.any(axis=1).sum()) > 1 or nL > 0
     K = (0 if not multi else 2) if window is None else int(window)
     T = int(rank_stage[-1]) + 1 + K if n else K
     once = ~a.recomputable.copy() if recompute else np.ones(n, dtype=bool)
@@ -139,12 +141,15 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
     budget = np.array([cluster.devices[i].memory for i in dev], dtype=np.float64)
     total = float(a.bytes.sum() + a.workspace.max(initial=0))
     mem_row = budget < total
+    # exact: the simulator refuses to run an operation on a device that cannot hold its inputs, output and
+    # workspace at once, so no R column there (and the bounds see the slower device it must use)
+    ccost[runs & (operation_memory(graph)[None, :] > budget[:, None])] = np.nan
     spec = ModelSpec(n=n, order=order, pos=pos, T=T, K=K, dev=dev, dev_names=[cluster.devices[i].name for i in dev],
                      links=links, ccost=ccost, lcost=lcost, lissue=lissue, nbytes=a.bytes.astype(np.float64),
                      ws=a.workspace.astype(np.float64), budget=budget, mem_row=mem_row, r_lo=r_lo, r_hi=r_hi,
                      s_lo=s_lo, s_hi=s_hi, once=once, required=required, in_ptr=in_ptr, in_idx=in_idx,
-                     out_ptr=out_ptr, out_idx=out_idx, instage=instage)
-    spec.notes["unrunnable"] = [a.ids[v] for v in np.flatnonzero(~runnable_any)]
+                     out_ptr=out_ptr, out_idx=out_idx, runs=runs, instage=instage)
+    spec.notes["unrunnable"] = [a.ids[v] for v in np.flatnonzero(~runs.any(axis=0))]
     return spec
 
 
