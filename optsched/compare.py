@@ -10,7 +10,7 @@ problems (joint, recompute-only, swap-only).
 
 Row columns: solver, status (the solver's own status, `invalid` when the
 simulator rejects its schedule, `infeasible` when it finds none, `no_incumbent`
-when its time limit ran out before it found one (not a proof), `error` when
+when it found none without proving that none exists (out of time), `error` when
 it does not apply to the problem), valid, violation, step_time_s, overhead
 (step time over keep-everything's, minus 1), compute/recompute/transfer
 totals, bytes swapped out and in, peak_<device>_bytes per device, the

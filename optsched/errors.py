@@ -53,13 +53,13 @@ class ClusterError(OptschedError):
 
 
 class InfeasibleError(OptschedError):
-    """No schedule fits the budget; the message says how much would. `proven` False: the search ran out of
-    time without finding one, which does not prove there is none (more time may find one)."""
+    """No schedule fits the budget; the message says how much would. `proven` False: the search found none (out
+    of time, or over a restricted set of schedules), which does not prove there is none."""
 
     def __init__(self, message: str, *, proven: bool = True, **where):
         self.proven = proven
         super().__init__(message, **where)
 
     def render(self) -> str:
-        head = "no schedule fits" if self.proven else "no schedule found within the time limit"
+        head = "no schedule fits" if self.proven else "no schedule found"
         return f"{head}: {super().render()}"

@@ -199,7 +199,7 @@ def test_no_schedule_within_the_time_limit_is_not_called_infeasible():
     cl = one_gpu(int(0.5 * _ke_peak(g)))
     with pytest.raises(InfeasibleError) as e:
         solve(g, cl, "milp", SolveOptions(swap=False, time_limit=0.05, threads=1))
-    assert "no schedule found within the time limit" in str(e.value) and "no schedule fits" not in str(e.value)
+    assert str(e.value).startswith("no schedule found: ") and "no schedule fits" not in str(e.value)
     assert not e.value.proven
     assert "--time-limit, now 0.05 s" in e.value.hint
     s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=30, threads=1))
@@ -365,6 +365,36 @@ def test_coarsened_milp_is_valid_and_reports_only_a_bound_valid_for_the_full_gra
             continue
         if b.valid:
             assert r.makespan <= b.makespan * (1 + 1e-9)
+
+
+def test_a_folded_graph_without_a_schedule_proves_nothing_about_the_full_one(monkeypatch):
+    # folding restricts the schedules: when the coarse MILP finds the folded graph infeasible, the best schedule
+    # on the full graph is returned (never "no schedule fits"), and with none an unproven InfeasibleError
+    import importlib
+
+    M = importlib.import_module("optsched.solvers.milp")
+    g = blocks_graph(4)
+    cl = one_gpu(int(0.9 * _ke_peak(g)))
+    opts = SolveOptions(time_limit=30, swap=False)
+
+    def no_schedule(graph, cluster, options):
+        assert len(graph) < len(g)     # called on the folded graph
+        raise InfeasibleError("the MILP is infeasible")
+
+    s = M.coarsened(g, cl, opts, no_schedule)
+    r = simulate(g, cl, s)
+    assert r.valid and s.report.status == "feasible" and s.report.extra["coarse_status"] == "infeasible"
+    assert s.report.extra["fallback"] and "folded graph has no schedule" in s.report.message
+    assert s.report.bound == s.report.extra["schedule_lower_bound"] <= r.makespan
+    monkeypatch.setattr(M, "_candidates", lambda *a: [])
+    with pytest.raises(InfeasibleError) as e:
+        M.coarsened(g, cl, opts, no_schedule)
+    assert not e.value.proven and str(e.value).startswith("no schedule found: ") and "chains folded" in str(e.value)
+    assert "--coarsen" in e.value.hint
+    # below the largest operation's need the full graph proves it before anything is folded
+    with pytest.raises(InfeasibleError) as e:
+        M.coarsened(g, one_gpu(largest_operation(g)[1] - 1), opts, no_schedule)
+    assert e.value.proven
 
 
 def test_schedule_lower_bound_holds_for_every_solver_and_is_reported():

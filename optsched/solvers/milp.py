@@ -419,34 +419,51 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
     (`coarsen.py`), the schedule expanded back to operations and checked by the simulator; the best candidate
     on the full graph when it is faster. Folding restricts the schedules, so the coarse model's bound is no
     bound here: it is kept as `extra["coarse_bound"]`, the bound reported is `schedule_lower_bound`, and the
-    status is at best "feasible"."""
+    status is at best "feasible"; nor does its infeasibility prove anything: the best full-graph candidate is
+    returned, or an InfeasibleError that is not `proven`."""
     from .coarsen import coarsen, expand
 
     t0 = time.perf_counter()
     base = [b for b in _candidates(graph, cluster, options) if b[2].valid]
+    spec = make_spec(graph, cluster, recompute=options.recompute, swap=options.swap, devices=options.devices,
+                     host_compute=options.params.get("host_compute", True))
+    too_big = _unplaceable(graph, spec)
+    if too_big:     # proven on the full graph, before anything is folded
+        _infeasible(graph, cluster, options, base, too_big)
     coarse, mapping = coarsen(graph)
     inner = replace(options, warm_start=None, time_limit=max(options.time_limit - (time.perf_counter() - t0), 0.0),
                     params={k: v for k, v in options.params.items() if k != "coarsen"})
-    cs = solver(coarse, cluster, inner)
-    sched = expand(cs, mapping, graph)
-    res = simulate(graph, cluster, sched)
-    if not res.valid:
-        raise MilpBug(f"expanded coarse schedule rejected by the simulator: {describe(res.violation)}")
-    rep = cs.report
-    extra = {**dict(rep.extra), "coarse_nodes": len(coarse), "fine_nodes": len(graph), "coarse_status": rep.status,
-             "coarse_bound": rep.bound, "coarse_gap": rep.gap, "makespan": res.makespan}
     notes = [f"solved on {len(coarse)} of {len(graph)} nodes (chains folded)"]
+    extra = {"coarse_nodes": len(coarse), "fine_nodes": len(graph)}
+    try:
+        cs = solver(coarse, cluster, inner)
+    except InfeasibleError as e:
+        # folding restricts the schedules: the coarse graph having none proves nothing about the full one
+        if not base:
+            raise InfeasibleError(f"the graph with its chains folded ({len(coarse)} of {len(graph)} nodes) has "
+                                  f"none ({e.message}), nor has any baseline on the full graph", proven=False,
+                                  hint="solve without coarsening (drop --coarsen)") from e
+        cs, res = None, None
+        rep = SolveReport("milp", "infeasible")
+        notes.append("the folded graph has no schedule in the MILP")
+    else:
+        sched = expand(cs, mapping, graph)
+        res = simulate(graph, cluster, sched)
+        if not res.valid:
+            raise MilpBug(f"expanded coarse schedule rejected by the simulator: {describe(res.violation)}")
+        rep = cs.report
+        extra.update(rep.extra, makespan=res.makespan)
+    extra.update(coarse_status=rep.status, coarse_bound=rep.bound, coarse_gap=rep.gap)
     if options.warm_start is not None:
         notes.append("the warm start was not used (it schedules the full graph)")
     best = min(base, key=lambda b: b[2].makespan, default=None)
-    if best is not None and best[2].makespan < res.makespan * (1 - 1e-12):
+    if best is not None and (res is None or best[2].makespan < res.makespan * (1 - 1e-12)):
         name, sched, res = best
         extra.update(fallback=name, makespan=res.makespan)
-        notes.append(f"the expanded schedule was slower than {name}; returning {name}")
-    status = "feasible" if rep.status == "optimal" else rep.status
-    floor = schedule_lower_bound(make_spec(graph, cluster, recompute=options.recompute, swap=options.swap,
-                                           devices=options.devices,
-                                           host_compute=options.params.get("host_compute", True)))
+        notes.append(f"returning {name}" if cs is None else
+                     f"the expanded schedule was slower than {name}; returning {name}")
+    status = "feasible" if rep.status in ("optimal", "infeasible") else rep.status
+    floor = schedule_lower_bound(spec)
     extra["schedule_lower_bound"] = floor
     return Schedule(sched.instructions, SolveReport(rep.solver, status, objective=res.makespan, bound=floor,
                                                     gap=_gap(res.makespan, floor), solve_time=time.perf_counter() - t0,
