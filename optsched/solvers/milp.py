@@ -444,8 +444,8 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
                                   f"none ({e.message}), nor has any baseline on the full graph", proven=False,
                                   hint="solve without coarsening (drop --coarsen)") from e
         cs, res = None, None
-        rep = SolveReport("milp", "infeasible")
-        notes.append("the folded graph has no schedule in the MILP")
+        rep = SolveReport("milp", "infeasible" if e.proven else "time_limit")
+        notes.append("the MILP found no schedule for the folded graph" + ("" if e.proven else " in time"))
     else:
         sched = expand(cs, mapping, graph)
         res = simulate(graph, cluster, sched)
@@ -462,7 +462,7 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
         extra.update(fallback=name, makespan=res.makespan)
         notes.append(f"returning {name}" if cs is None else
                      f"the expanded schedule was slower than {name}; returning {name}")
-    status = "feasible" if rep.status in ("optimal", "infeasible") else rep.status
+    status = "feasible" if rep.status in ("optimal", "infeasible") or cs is None else rep.status
     floor = schedule_lower_bound(spec)
     extra["schedule_lower_bound"] = floor
     return Schedule(sched.instructions, SolveReport(rep.solver, status, objective=res.makespan, bound=floor,
