@@ -19,20 +19,13 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..graph import Graph
-from .milp_model import TIME_SCALE, ModelSpec, make_spec
+from .milp_model import TIME_SCALE, ModelSpec, spec_for
 from .options import SolveOptions
 
 
 def _subsets(items):
     for k in range(len(items) + 1):
         yield from combinations(items, k)
-
-
-def spec_for(graph: Graph, cluster: Cluster, options: SolveOptions, order=None) -> ModelSpec:
-    p = dict(options.params)
-    return make_spec(graph, cluster, order=order, recompute=options.recompute, swap=options.swap,
-                     devices=options.devices, host_compute=p.get("host_compute", True), window=p.get("window"),
-                     instage=p.get("instage", False))
 
 
 def _within_peak(held, comp, stay, ins, bytes_, ws) -> float:
@@ -153,4 +146,4 @@ def bruteforce_optimum(spec: ModelSpec) -> float | None:
 
 
 def bruteforce(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions(), order=None) -> float | None:
-    return bruteforce_optimum(spec_for(graph, cluster, options, order))
+    return bruteforce_optimum(spec_for(graph, cluster, options, order=order))

@@ -123,9 +123,9 @@ from .milp_model import (
     decisions_from_schedule,
     decisions_from_x,
     emit,
-    make_spec,
     order_of,
     recompute_gaps,
+    spec_for,
     stage_memory,
     violated_rows,
     x_from_decisions,
@@ -272,9 +272,7 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
     def spec_of(order, window, gaps=None):
         key = (None if order is None else order.tobytes(), window, None if gaps is None else gaps.tobytes())
         if key not in specs:
-            specs[key] = make_spec(graph, cluster, order=order, recompute=options.recompute, swap=options.swap,
-                                   devices=options.devices, host_compute=p.get("host_compute", True),
-                                   window=window, gaps=gaps, instage=p.get("instage", False))
+            specs[key] = spec_for(graph, cluster, options, order=order, window=window, gaps=gaps)
         return specs[key]
 
     base = _candidates(graph, cluster, options)
@@ -425,8 +423,7 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
 
     t0 = time.perf_counter()
     base = [b for b in _candidates(graph, cluster, options) if b[2].valid]
-    spec = make_spec(graph, cluster, recompute=options.recompute, swap=options.swap, devices=options.devices,
-                     host_compute=options.params.get("host_compute", True))
+    spec = spec_for(graph, cluster, options)
     too_big = _unplaceable(graph, spec)
     if too_big:     # proven on the full graph, before anything is folded
         _infeasible(graph, cluster, options, base, too_big)

@@ -153,6 +153,16 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
     return spec
 
 
+def spec_for(graph: Graph, cluster: Cluster, options, *, order=None, window=None, gaps=None) -> ModelSpec:
+    """`make_spec` with the problem `options` (SolveOptions) pose: recompute, swap, devices, and the params
+    host_compute, window (unless `window` is given) and instage."""
+    p = options.params
+    return make_spec(graph, cluster, order=order, recompute=options.recompute, swap=options.swap,
+                     devices=options.devices, host_compute=p.get("host_compute", True),
+                     window=p.get("window") if window is None else window, gaps=gaps,
+                     instage=p.get("instage", False))
+
+
 @dataclass
 class MilpArrays:
     spec: ModelSpec

@@ -145,9 +145,9 @@ def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, de
     (and is not read in that stage) is dropped from its last read before that stage to its next read, where it
     is then recomputed; until the rounding fits. The rounding as it is is always tried; None if it cannot be
     made, if it fails for another reason than memory, if nothing kept can be dropped at the overflow, or at the
-    deadline. Near the smallest budget every
-    rounding of the LP overflows (gpt2, 3 layers, at 25% of its keep-everything memory: by 1.4-2.9x) and the
-    LP is infeasible at any smaller budget: this is what finds a schedule there."""
+    deadline. Near the smallest budget every rounding of the LP overflows (gpt2, 3 layers, at 25% of its
+    keep-everything memory: by 1.4-2.9x) and the LP is infeasible at any smaller budget: this is what finds a
+    schedule there."""
     a = graph.arrays
     gain = spec.nbytes / np.maximum(np.nan_to_num(spec.ccost[0]), 1e-12)     # bytes per unit of recomputation
     movable = ~(spec.once | spec.required)
