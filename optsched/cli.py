@@ -228,9 +228,12 @@ def cmd_solve(args) -> int:
                         recompute=not args.no_recompute, write_model=args.write_model,
                         progress=_progress_printer(args.json or not sys.stderr.isatty()),
                         params={**{k: True for k, on in (("coarsen", args.coarsen), ("instage", args.within_stage))
-                                   if on}, **({"highs": _highs_options(args.highs)} if args.highs else {})})
+                                   if on}, **({"highs": _highs_options(args.highs)} if args.highs else {}),
+                                **({"cuts": args.cuts} if args.cuts is not None else {})})
     if args.devices is not None and args.devices < 1:
         raise OptschedError("--devices must be at least 1")
+    if args.cuts is not None and args.cuts < 0:
+        raise OptschedError(f"--cuts must be 0 (off) or a depth of inputs, 1 or more, not {args.cuts}")
     if args.highs and args.solver != "milp":
         raise OptschedError(f"--highs sets options of the milp solver (HiGHS), not of {args.solver!r}")
     if args.plot:
@@ -585,6 +588,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MILP: fold chains of cheap operations first (a smaller model, no bound for the full graph)")
     p.add_argument("--within-stage", action="store_true",
                    help="MILP: track memory within each stage (Checkmate's exact count; a larger, slower model)")
+    p.add_argument("--cuts", type=int, metavar="DEPTH",
+                   help="MILP: recomputation-chain cuts before branching, following inputs DEPTH deep "
+                   "(e.g. 2; default 0: off)")
     p.add_argument("--highs", action="append", default=[], metavar="KEY=VALUE",
                    help="MILP: set a HiGHS option (repeatable), e.g. --highs mip_heuristic_effort=0.2")
     p.add_argument("--plot", help="write a figure of the schedule (streams over time, memory per device): "

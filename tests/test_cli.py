@@ -219,6 +219,15 @@ def test_milp_through_cli(capsys, tmp_path, solver, extra):
     assert (" F_0_" in model.read_text()) == bool(extra)     # the within-stage count's FREE columns
 
 
+def test_cuts_option(capsys):
+    base = ["solve", "example:tiny", "--mem", "1.1MB", "--json"]
+    for depth in ("2",):
+        code, out, err = run(capsys, *base, "--cuts", depth)
+        assert code == 0 and json.loads(out)["solver"]["status"] == "optimal", err
+    code, _, err = run(capsys, *base, "--cuts", "-1")
+    assert code == 2 and "--cuts must be 0 (off)" in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_highs_options(capsys):
     from optsched.cli import _highs_options
 
