@@ -234,6 +234,8 @@ def cmd_solve(args) -> int:
         raise OptschedError("--devices must be at least 1")
     if args.cuts is not None and args.cuts < 0:
         raise OptschedError(f"--cuts must be 0 (off) or a depth of inputs, 1 or more, not {args.cuts}")
+    if args.cuts and args.solver != "milp":
+        raise OptschedError(f"--cuts applies to the milp solver (HiGHS), not to {args.solver!r}")
     if args.highs and args.solver != "milp":
         raise OptschedError(f"--highs sets options of the milp solver (HiGHS), not of {args.solver!r}")
     if args.plot:

@@ -224,8 +224,10 @@ def test_cuts_option(capsys):
     for depth in ("2",):
         code, out, err = run(capsys, *base, "--cuts", depth)
         assert code == 0 and json.loads(out)["solver"]["status"] == "optimal", err
-    code, _, err = run(capsys, *base, "--cuts", "-1")
-    assert code == 2 and "--cuts must be 0 (off)" in err and len(err.strip().splitlines()) == 1, err
+    for extra, needle in ((["--cuts", "-1"], "--cuts must be 0 (off)"),
+                          (["--cuts", "2", "--solver", "pulp"], "not to 'pulp'")):
+        code, _, err = run(capsys, *base, *extra)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_highs_options(capsys):
