@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from .milp_model import MilpArrays
+from .milp_model import MilpArrays, column_values, links_into
 
 _EPS = 1e-3           # smallest violation worth a row
 _MAX_PER_ROUND = 4000
@@ -46,27 +46,16 @@ def chain_paths(model: MilpArrays, depth: int = 2) -> np.ndarray:
     recomputed, u one of its inputs, w one of u's, and so on."""
     spec = model.spec
     ip, ii = spec.in_ptr, spec.in_idx
-    c = np.flatnonzero(~spec.once)
-    deg = ip[c + 1] - ip[c]
-    pc = np.repeat(c, deg)
-    pu = ii[np.concatenate([np.arange(ip[v], ip[v + 1]) for v in c.tolist()] or [np.zeros(0, np.int64)])]
-    out = [np.stack([pc, pu], axis=1)]
-    for _ in range(depth - 1):           # extend the longest paths by one input of their last node
-        tip = out[-1]
+    tip = np.flatnonzero(~spec.once)[:, None]
+    out = []
+    for _ in range(depth):               # extend the longest paths by one input of their last node
         v = tip[:, -1]
-        deg = ip[v + 1] - ip[v]
-        rep = np.repeat(np.arange(tip.shape[0]), deg)
+        rep = np.repeat(np.arange(tip.shape[0]), ip[v + 1] - ip[v])
         nxt = ii[np.concatenate([np.arange(ip[k], ip[k + 1]) for k in v.tolist()] or [np.zeros(0, np.int64)])]
-        out.append(np.concatenate([tip[rep], nxt[:, None]], axis=1))
+        tip = np.concatenate([tip[rep], nxt[:, None]], axis=1)
+        out.append(tip)
     padded = [np.pad(p, ((0, 0), (0, depth + 1 - p.shape[1])), constant_values=-1) for p in out]
     return np.concatenate(padded).astype(np.int64)
-
-
-def _values(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    out = np.zeros(idx.shape)
-    m = idx >= 0
-    out[m] = x[idx[m]]
-    return out
 
 
 def separate(model: MilpArrays, paths: np.ndarray, x: np.ndarray, limit: int = _MAX_PER_ROUND):
@@ -74,7 +63,7 @@ def separate(model: MilpArrays, paths: np.ndarray, x: np.ndarray, limit: int = _
     `x`, most violated first, at most `limit`; every row reads `... <= 0`."""
     spec = model.spec
     T = spec.T
-    cin = [[k for k, (_, _, b) in enumerate(spec.links) if b == d] for d in range(spec.nD)]
+    cin = links_into(spec)
     member = paths >= 0
     last = paths[np.arange(paths.shape[0]), member.sum(axis=1) - 1]
     cuts = []
@@ -82,8 +71,8 @@ def separate(model: MilpArrays, paths: np.ndarray, x: np.ndarray, limit: int = _
         Rd, Sd = model.R[d], model.S[d, :T]
         if not (Rd >= 0).any():
             continue
-        Rv, Sv = _values(x, Rd), _values(x, Sd)
-        Gv = sum((_values(x, model.C[k]) for k in cin[d]), np.zeros((T, spec.n)))
+        Rv, Sv = column_values(x, Rd), column_values(x, Sd)
+        Gv = sum((column_values(x, model.C[k]) for k in cin[d]), np.zeros((T, spec.n)))
         safe = np.where(member, paths, 0)
         Ssum = (Sv[:, safe] * member[None]).sum(axis=2)                   # (T, P)
         Gsum = (Gv[:, safe] * member[None]).sum(axis=2)

@@ -715,8 +715,6 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
     if options.threads:
         h.setOptionValue("threads", int(options.threads))
     _set_options(h, options, warm=x0 is not None)
-    if x0 is not None:
-        h.setSolution(int(x0.size), np.arange(x0.size, dtype=np.int32), x0)
     t0 = time.perf_counter()
     state = {"last": 0.0, "inc": None, "bound": None}
 
@@ -736,8 +734,11 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
 
     halt = threading.Event()     # this run only: abandoned after overrunning (stop: the user's Ctrl-C, every run)
 
+    def stopped() -> bool:
+        return stop.is_set() or halt.is_set() or (cancel is not None and cancel.is_set())
+
     def poll(e):
-        if stop.is_set() or halt.is_set() or (cancel is not None and cancel.is_set()):
+        if stopped():
             e.interrupt()
 
     if live is not None:
@@ -759,15 +760,13 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
                      f"{max(left, 0):.3g} s left; raise --time-limit")
     abandoned = False
     cut_info: dict = {}
+    depth = int(options.params.get("cuts", 0))
     if ran:
         def solve():
-            depth = int(options.params.get("cuts", 0))
-            if depth and model.spec.mem_row.any():
-                cut_info.update(root_cuts(h, model, left * _CUT_SHARE, x0, depth,
-                                          stop=lambda: stop.is_set() or halt.is_set() or
-                                          (cancel is not None and cancel.is_set())))
-                if x0 is not None:      # the LP solves replaced it
-                    h.setSolution(int(x0.size), np.arange(x0.size, dtype=np.int32), x0)
+            if depth > 0 and model.spec.mem_row.any():
+                cut_info.update(root_cuts(h, model, left * _CUT_SHARE, x0, depth, stop=stopped))
+            if x0 is not None:      # after the cut rounds: their LP solves would replace it
+                h.setSolution(int(x0.size), np.arange(x0.size, dtype=np.int32), x0)
             h.setOptionValue("time_limit", float(max(left - (time.perf_counter() - t0), 0.01)))
             run_highs(h)
 

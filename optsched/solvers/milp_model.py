@@ -338,6 +338,11 @@ def _memory_within(rows: _Rows, spec: ModelSpec, d: int, w: dict, R, S, C, cin: 
                np.concatenate([np.ones(m), -np.ones(uk.size), -np.ones(uk.size)]), -np.inf, 0.0)
 
 
+def links_into(spec: ModelSpec) -> list[list[int]]:
+    """Per model device, the model links that copy into it."""
+    return [[k for k, (_, _, b) in enumerate(spec.links) if b == d] for d in range(spec.nD)]
+
+
 def build_model(spec: ModelSpec) -> MilpArrays:
     n, T, nD, nL = spec.n, spec.T, spec.nD, spec.nL
     inf = np.inf
@@ -397,7 +402,7 @@ def build_model(spec: ModelSpec) -> MilpArrays:
     rows = _Rows()
     Rpad = np.concatenate([R, np.full((nD, 1, n), -1)], axis=1)          # R[d, T] = -1
     # C into each device: (nD, T, n) list of link columns
-    Cin = [[k for k, (_, _, b) in enumerate(spec.links) if b == d] for d in range(nD)]
+    Cin = links_into(spec)
 
     # 1. inputs resident: R[d,t,v] <= S[d,t,u] + R[d,t,u]
     d_, t_, v_ = np.nonzero(R >= 0)
@@ -571,16 +576,17 @@ class Decisions:
         return float(self.stage_times(spec).sum()) / TIME_SCALE
 
 
+def column_values(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """x at the columns of an index map (R, S, C, ...), zero (False) where the map has none (-1)."""
+    out = np.zeros(idx.shape, dtype=x.dtype)
+    m = idx >= 0
+    out[m] = x[idx[m]]
+    return out
+
+
 def decisions_from_x(model: MilpArrays, x: np.ndarray) -> Decisions:
     xb = np.asarray(x) > 0.5
-
-    def get(idx):
-        out = np.zeros(idx.shape, dtype=bool)
-        m = idx >= 0
-        out[m] = xb[idx[m]]
-        return out
-
-    return Decisions(get(model.R), get(model.S), get(model.C))
+    return Decisions(column_values(xb, model.R), column_values(xb, model.S), column_values(xb, model.C))
 
 
 def x_from_decisions(model: MilpArrays, dec: Decisions) -> np.ndarray | None:
