@@ -86,8 +86,8 @@ Reductions and what they cost:
 
 Warm start: every candidate (the baselines, the heuristic, m-ETF on several
 accelerators, the rounding of this model's LP relaxation (`rounding.py`,
-given at most a quarter of the time limit, half when nothing else fits), or only `options.warm_start`
-when given) is staged over its own
+given at most a quarter of the time limit, three quarters when nothing else
+fits), or only `options.warm_start` when given) is staged over its own
 first-computation order (`milp_model.decisions_from_schedule`: copies, several
 devices, recomputations; the window K widens up to 8 when cross-device copies
 delay first computations), checked against the model's whole-stage memory
@@ -185,8 +185,10 @@ def _candidates(graph, cluster, options):
 
 
 _CANDIDATE_SHARE = 0.25   # of the time limit, at most, for one candidate (only lp-rounding runs that long)
-_ALONE_SHARE = 0.5        # for lp-rounding when no other candidate fits: a cold MILP whose LP is that slow rarely
-                          # finds a schedule in the rest (gpt2-3 at 30%: LP 15-25 s, 4.2x cold, 1.46x rounded)
+_ALONE_SHARE = 0.75       # for lp-rounding when no other candidate fits: a cold MILP whose LP is that slow rarely
+                          # finds a schedule in the rest (gpt2-3 at 30%: 4.2x cold, 1.31x rounded), and its LP alone
+                          # takes 18-35 s on 2 cores, so half of 60 s lost the rounding in 1 of 4 solves; at 25-40%
+                          # the MILP never bettered the rounding in the time left (milp_checkmate.csv)
 _ROOM = 0.01              # skip lp-rounding when a candidate is within 1% of keep-everything's one-device time
 
 
