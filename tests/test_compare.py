@@ -9,6 +9,7 @@ import math
 import pytest
 
 from optsched import simulate, single_accelerator, solve
+from optsched.cluster import Cluster, Device
 from optsched.compare import MILP_VARIANTS, compare, reference_time, run_solver, sweep
 from optsched.errors import InfeasibleError, OptschedError
 from optsched.generate import chain_graph, random_training_graph
@@ -34,7 +35,7 @@ def test_rows_agree_with_the_simulator(graph, keep_peak):
     assert list(df["solver"]) == CHEAP
     base = simulate(graph, cl, solve(graph, cl, "keep-everything")).makespan
     for row in df.itertuples():
-        if row.status == "infeasible":     # the row stands for the solver's refusal
+        if row.status in ("infeasible", "no_incumbent"):     # the row stands for the solver's refusal
             with pytest.raises(InfeasibleError):
                 solve(graph, cl, row.solver)
             continue
@@ -53,12 +54,15 @@ def test_rows_agree_with_the_simulator(graph, keep_peak):
     assert df.set_index("solver").loc["heuristic", "valid"]
 
 
-def test_a_solver_that_finds_nothing_gives_an_infeasible_row(graph):
-    cl = single_accelerator(1000)     # below every operation's size
+@pytest.mark.parametrize("host, status", [(False, "infeasible"), (True, "no_incumbent")])
+def test_a_solver_that_finds_nothing_gives_a_row_that_says_so(graph, host, status):
+    # below every operation's size on the accelerator: proven infeasible when it is the only device; with a
+    # host that can run every operation, the solvers that find nothing prove nothing
+    cl = single_accelerator(1000) if host else Cluster((Device("gpu0", "cuda", 1000),))
     df = compare(graph, cl, ["dtr", "chen-greedy", "keep-everything"]).set_index("solver")
     for name in ("dtr", "chen-greedy"):
         row = df.loc[name]
-        assert row.status == "infeasible" and not row.valid and row.message
+        assert row.status == status and not row.valid and row.message
         assert math.isnan(row.step_time_s) and math.isnan(row.peak_gpu0_bytes) and math.isnan(row.overhead)
     assert df.loc["keep-everything", "status"] == "invalid"
 

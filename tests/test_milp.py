@@ -494,6 +494,27 @@ def test_pulp_named_solver_missing_is_a_plain_error():
         get_solver("pulp:NO_SUCH_SOLVER_CMD")(g, one_gpu(10**6), SolveOptions(time_limit=5))
 
 
+def test_pulp_run_without_an_integer_solution_keeps_the_warm_start(monkeypatch):
+    # stopped on time without an integer solution, CBC still writes the values of its last LP; a schedule built
+    # from them failed in the simulator (an input not resident). They must be ignored, and the warm start (or
+    # the best baseline) returned
+    import pulp
+
+    g = generate.random_training_graph(12, 1)
+    cl = single_accelerator(largest_operation(g)[1])
+    real = pulp.LpProblem.solve
+
+    def unsolved(prob, solver=None, **kw):
+        real(prob, solver, **kw)
+        for v in prob.variables():
+            v.varValue = 0.0
+        prob.status, prob.sol_status = pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound
+
+    monkeypatch.setattr(pulp.LpProblem, "solve", unsolved)
+    s = solve(g, cl, "pulp", time_limit=5, threads=1)
+    assert simulate(g, cl, s).valid and s.report.status in ("time_limit", "feasible")
+
+
 # ------------------------------------------------------------------ Ctrl-C, time limit, heuristic warm start
 
 def _interrupt_case():

@@ -84,7 +84,9 @@ def test_every_rounding_is_valid_or_refused(n, seed, frac, params):
     try:
         s = solve(g, cl, "lp-rounding", SolveOptions(time_limit=10, threads=1))
     except InfeasibleError as e:
-        assert "lp-rounding" in str(e)
+        # what lp-rounding tried, or the proof that nothing fits (an operation larger than the budget)
+        assert (not e.proven and "lp-rounding" in str(e)) or (e.proven and str(e).startswith("no schedule fits: "
+                                                                                           "operation"))
         return
     r = simulate(g, cl, s)
     assert r.valid, r.violation
@@ -112,9 +114,10 @@ def test_resolving_at_a_smaller_budget_matches_a_fresh_lp(seed):
                 fresh.h.getInfo().objective_function_value, rel=1e-6)
 
 
-@pytest.mark.parametrize("seed, share", [(0, 0.25), (2, 0.5)])
-def test_rounding_gets_half_the_time_limit_when_no_other_candidate_fits(monkeypatch, seed, share):
-    # seed 0 at 50%: articulation fits, the rounding gets a quarter; seed 2: nothing else fits, it gets half
+@pytest.mark.parametrize("seed, share", [(0, 0.25), (2, 0.75)])
+def test_rounding_gets_three_quarters_of_the_time_limit_when_no_other_candidate_fits(monkeypatch, seed, share):
+    # seed 0 at 50%: articulation fits, the rounding gets a quarter; seed 2: nothing else fits, it gets three
+    # quarters (its LP is then the slow part of the solve, and the MILP rarely betters the rounding)
     from optsched.solvers import rounding
     from optsched.solvers.milp import _candidates
 

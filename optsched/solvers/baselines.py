@@ -21,10 +21,11 @@ import time
 import numpy as np
 
 from ..cluster import Cluster
-from ..errors import InfeasibleError, OptschedError
+from ..errors import OptschedError
 from ..graph import KINDS, Graph
 from ..schedule import Schedule, SolveReport
 from ..units import format_size
+from .nofit import not_found
 from .options import SolveOptions
 from .sequential import pick_device, sequential_instructions
 
@@ -190,9 +191,9 @@ def _best_fitting(graph: Graph, cluster: Cluster, name: str, options: SolveOptio
         if r.valid and (best is None or (r.makespan, pk) < best[0]):
             best = ((r.makespan, pk), sched, b, len(dropped), r)
     if best is None:
-        raise InfeasibleError(f"{name}: the smallest peak found is {format_size(best_peak)}, over the budget of "
-                              f"{format_size(dev.memory)} on {dev.name}",
-                              hint="raise the budget, or use a solver that swaps (offload-all, heuristic)")
+        raise not_found(graph, cluster, f"{name}: the smallest peak found is {format_size(best_peak)}, over the "
+                        f"budget of {format_size(dev.memory)} on {dev.name}",
+                        hint="raise the budget, or use a solver that swaps (offload-all, heuristic) or the milp")
     _, sched, b, ndrop, r = best
     ex = dict(extra or {})
     ex.update(segment_budget=b if b is not None else float("inf"), checkpoints=len(forward) - ndrop, peak=r.peak)

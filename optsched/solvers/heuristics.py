@@ -39,6 +39,7 @@ from ..graph import KINDS, Graph
 from ..schedule import Schedule, SolveReport
 from ..simulate import simulate
 from .memplan import find_host, plan
+from .nofit import not_found
 from .options import SolveOptions
 from .partition import metf as metf_place
 from .partition import node_time_on, pardnn, placement_devices
@@ -72,7 +73,8 @@ def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, b
         last = r.violation
         if last.code != "over-budget":
             raise RuntimeError(f"{name} produced an invalid schedule: {last.message}")
-    raise InfeasibleError(f"{name} found none within the budget ({last.message})")
+    raise not_found(graph, cluster, f"{name} found none within the budget ({last.message})",
+                    hint="another solver may: milp, lp-rounding, or allow swapping")
 
 
 def _single_device_inputs(graph: Graph, cluster: Cluster, options: SolveOptions):

@@ -55,6 +55,7 @@ from ..errors import InfeasibleError
 from ..graph import KINDS, Graph
 from ..schedule import Compute, Copy, Free, Instruction, Sync
 from ..units import format_size
+from .nofit import not_found
 from .partition import first_readers
 
 _BACKWARD = (KINDS.index("backward"), KINDS.index("optimizer"), KINDS.index("loss"))
@@ -484,7 +485,8 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
                                   hint="add links between the devices or through the host")
         if not (recomp[u] and computed[u]):
             raise InfeasibleError(f"{ids[u]!r} is needed on {names[d]!r} but no copy of it is left and it may "
-                                  "not be recomputed", hint="allow swapping (a host device with links)")
+                                  "not be recomputed", hint="allow swapping (a host device with links)",
+                                  proven=False)
         # 2. recompute, depth first, iteratively
         stack = [(u, False)]
         try:
@@ -619,10 +621,11 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
                             prefetch_at.setdefault(max(prev, i + 1), []).append((u, d))
     except _NoRoom as e:
         d, need = e.args
-        raise InfeasibleError(
-            f"{names[d]} cannot make room for {format_size(need)}: {format_size(cur[d])} held, budget "
-            f"{format_size(budget[d])}, nothing left to evict",
-            hint="raise the budget, allow swapping and recomputation, or use more devices") from None
+        raise not_found(
+            graph, cluster, f"{names[d]} cannot make room for {format_size(need)}: {format_size(cur[d])} held, "
+            f"budget {format_size(budget[d])}, nothing left to evict",
+            hint="try the milp or lp-rounding, raise the budget, allow swapping and recomputation, or use more "
+                 "devices") from None
     if not early:
         return out
     merged: list[Instruction] = []

@@ -125,7 +125,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..errors import InfeasibleError, OptschedError
-from ..graph import Graph, memory_lower_bound, operation_memory
+from ..graph import Graph, memory_lower_bound
 from ..schedule import Schedule, SolveReport
 from ..simulate import describe, simulate
 from ..units import format_size
@@ -145,6 +145,7 @@ from .milp_model import (
     violated_rows,
     x_from_decisions,
 )
+from .nofit import unplaceable
 from .options import SolveOptions
 
 
@@ -261,17 +262,8 @@ def _stage_over(graph, spec_of, sched, order, window, gaps):
 
 
 def _unplaceable(graph: Graph, spec: ModelSpec) -> str:
-    """Why no schedule exists, without running a solver, when an operation's inputs, output and workspace
-    exceed the budget of every device that can run it; "" otherwise."""
-    need = operation_memory(graph)
-    room = np.where(spec.runs, spec.budget[:, None], -np.inf).max(axis=0, initial=-np.inf)
-    bad = np.flatnonzero(need > room)
-    if not bad.size:
-        return ""
-    v = int(bad[np.argmax(need[bad] - room[bad])])
-    where = [spec.dev_names[d] for d in np.flatnonzero(spec.runs[:, v])]
-    return (f"operation {graph.arrays.ids[v]!r} needs {format_size(need[v])} while it runs (inputs, output, "
-            f"workspace), more than the budget of any device that can run it ({', '.join(where) or 'none'})")
+    """`nofit.unplaceable` over the model's devices (the solve options may leave some out)."""
+    return unplaceable(graph, spec.dev_names, spec.runs, spec.budget)
 
 
 def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
@@ -918,8 +910,14 @@ def _pulp(graph, cluster, options, solver_name):
         else:
             status = "time_limit" if solve_time >= options.time_limit * 0.95 else "error"
     vals = [v.varValue for v in xs]
-    if status not in ("infeasible", "interrupted") and all(v is not None for v in vals):
+    # only a solution the solver calls integer feasible: stopped without one, CBC still writes values (those of
+    # its last LP), and they are no schedule; a solver's tolerance is checked against every row all the same
+    found = sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible) or (sol is None and
+                                                                               ps == pulp.LpStatusOptimal)
+    if status != "interrupted" and found and all(v is not None for v in vals):
         x = np.array(vals, dtype=float)
+        if violated_rows(model, x, tol=1e-6):
+            x = None
     bound = None
     if status == "optimal" and x is not None:
         bound = float(pulp.value(prob.objective)) / TIME_SCALE

@@ -31,11 +31,11 @@ from dataclasses import replace
 import numpy as np
 
 from ..cluster import Cluster
-from ..errors import InfeasibleError
 from ..graph import Graph
 from ..schedule import Compute, Free, Schedule, SolveReport
 from ..simulate import SimResult, simulate
 from .milp_model import ModelSpec, build_model, last_uses, make_spec
+from .nofit import not_found
 from .options import SolveOptions
 from .polish import keep_instead_of_recompute
 from .sequential import pick_device
@@ -55,6 +55,7 @@ class _Relaxation:
 
         self.model = build_model(spec)
         self.h = highs_model(replace(self.model, integ=np.zeros_like(self.model.integ)))
+        self.timed_out = False
         if threads:
             self.h.setOptionValue("threads", int(threads))
         first = [r for r, kind in self.model.row_kind if kind.startswith("memory@")]
@@ -62,7 +63,8 @@ class _Relaxation:
         self.rows = np.arange(first[0], first[0] + spec.T, dtype=np.int32) if first else None
 
     def solve(self, scale: float, time_limit: float) -> tuple[np.ndarray | None, bool]:
-        """(S[t, v] on the first device or None, and whether the LP is proven infeasible)."""
+        """(S[t, v] on the first device or None, and whether the LP is proven infeasible); `timed_out` tells
+        whether the last solve stopped on the time limit."""
         import highspy
 
         from .milp import run_highs
@@ -75,6 +77,7 @@ class _Relaxation:
             status = self.h.modelStatusToString(self.h.getModelStatus())
             raise RuntimeError(f"HiGHS failed on the LP relaxation ({status})")
         status = self.h.getModelStatus()
+        self.timed_out = status == highspy.HighsModelStatus.kTimeLimit
         if status != highspy.HighsModelStatus.kOptimal:
             return None, status == highspy.HighsModelStatus.kInfeasible
         x = np.asarray(self.h.getSolution().col_value)
@@ -214,10 +217,13 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
                 found.append((*fixed, scale, theta, lazy))
         if found:
             break
+    if not found and lp.timed_out and not tried:
+        raise not_found(graph, cluster, f"lp-rounding: its LP relaxation ({lp.model.ncol} columns, "
+                        f"{lp.model.nrow} rows) did not finish within the time limit of {options.time_limit:g} s",
+                        hint="raise --time-limit")
     if not found:
-        raise InfeasibleError(f"lp-rounding: none of {tried} roundings fits the budget of {dev.name}, "
-                              "nor could they be repaired",
-                              hint="use the MILP, allow swapping, or raise the budget")
+        raise not_found(graph, cluster, f"lp-rounding: none of {tried} roundings fits the budget of {dev.name}, "
+                        "nor could they be repaired", hint="use the MILP, allow swapping, or raise the budget")
     # on a tie the rounding that recomputes a stage early: it is the LP's own staging, so it fits the MILP's stage
     # model without gap stages more often (transformer at 60%: 8 gap stages lazily, none so; optimal in 21 s, not
     # 1.6% gap in 60 s); then the rounding that fits as it is

@@ -1,0 +1,45 @@
+"""Why a solver returns no schedule, and whether that is proven.
+
+Only one thing proves that no schedule fits a cluster: an operation whose inputs, output and workspace exceed
+the budget of every device that can run it. A heuristic or a baseline that finds nothing proves nothing (another
+solver may find a schedule), so its error says "no schedule found", not "no schedule fits".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cluster import Cluster
+from ..errors import InfeasibleError
+from ..graph import Graph, operation_memory
+from ..units import format_size
+
+
+def unplaceable(graph: Graph, names: list[str], runs: np.ndarray, budget: np.ndarray) -> str:
+    """Why no schedule exists when an operation's inputs, output and workspace exceed the budget of every device
+    that can run it (`runs[d, v]`, `budget[d]` bytes); "" otherwise."""
+    need = operation_memory(graph)
+    room = np.where(runs, np.asarray(budget, dtype=np.float64)[:, None], -np.inf).max(axis=0, initial=-np.inf)
+    bad = np.flatnonzero(need > room)
+    if not bad.size:
+        return ""
+    v = int(bad[np.argmax(need[bad] - room[bad])])
+    where = [f"{names[d]} {format_size(budget[d])}" for d in np.flatnonzero(runs[:, v])]
+    return (f"operation {graph.arrays.ids[v]!r} needs {format_size(need[v])} while it runs (inputs, output, "
+            f"workspace), more than the budget of any device that can run it ({', '.join(where) or 'none'})")
+
+
+def not_found(graph: Graph, cluster: Cluster, message: str, hint: str | None = None) -> InfeasibleError:
+    """The error for a solver that found no schedule: proven when an operation fits no device of the cluster
+    that can run it, else unproven with `message` (what the solver tried)."""
+    a = graph.arrays
+    runs = np.zeros((len(cluster.devices), len(a.ids)), dtype=bool)
+    for d, dev in enumerate(cluster.devices):
+        c = a.cost.get(dev.kind)
+        if c is not None:
+            runs[d] = ~np.isnan(c)
+    budget = np.array([dev.memory for dev in cluster.devices], dtype=np.int64)
+    why = unplaceable(graph, [dev.name for dev in cluster.devices], runs, budget)
+    if why:
+        return InfeasibleError(why, hint="raise the budget, or add a device with room for it")
+    return InfeasibleError(message, hint=hint, proven=False)
