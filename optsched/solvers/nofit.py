@@ -13,6 +13,7 @@ from ..cluster import Cluster
 from ..errors import InfeasibleError
 from ..graph import Graph, operation_memory
 from ..units import format_size
+from .partition import runnable_mask
 
 
 def unplaceable(graph: Graph, names: list[str], runs: np.ndarray, budget: np.ndarray) -> str:
@@ -32,12 +33,7 @@ def unplaceable(graph: Graph, names: list[str], runs: np.ndarray, budget: np.nda
 def not_found(graph: Graph, cluster: Cluster, message: str, hint: str | None = None) -> InfeasibleError:
     """The error for a solver that found no schedule: proven when an operation fits no device of the cluster
     that can run it, else unproven with `message` (what the solver tried)."""
-    a = graph.arrays
-    runs = np.zeros((len(cluster.devices), len(a.ids)), dtype=bool)
-    for d, dev in enumerate(cluster.devices):
-        c = a.cost.get(dev.kind)
-        if c is not None:
-            runs[d] = ~np.isnan(c)
+    runs = runnable_mask(graph, cluster)
     budget = np.array([dev.memory for dev in cluster.devices], dtype=np.int64)
     why = unplaceable(graph, [dev.name for dev in cluster.devices], runs, budget)
     if why:
