@@ -917,7 +917,7 @@ def _pulp(graph, cluster, options, solver_name):
     if status != "interrupted" and found and all(v is not None for v in vals):
         x = np.array(vals, dtype=float)
         if violated_rows(model, x, tol=1e-6):
-            x = None
+            x, status = None, "feasible" if status == "optimal" else status    # the warm start, unproven
     bound = None
     if status == "optimal" and x is not None:
         bound = float(pulp.value(prob.objective)) / TIME_SCALE
