@@ -33,6 +33,7 @@ from optsched.solvers.milp_model import (
     order_of,
     stage_memory,
 )
+from optsched.units import format_size
 
 BASELINES = [getattr(B, n) for n in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, n)]
 
@@ -277,7 +278,8 @@ def test_an_operation_that_fits_no_device_is_refused_without_solving():
         solve(g, cl, "milp", time_limit=60)
     msg = str(e.value)
     assert "time_limit" not in msg and "infeasible" not in msg.split("Memory lower bound")[0]   # no solver ran
-    assert repr(node) in msg and "gpu0, gpu1" in msg and str(memory_lower_bound(g)) in msg
+    room = format_size(need - 1)
+    assert repr(node) in msg and f"(gpu0 {room}, gpu1 {room})" in msg and str(memory_lower_bound(g)) in msg
 
 
 # ------------------------------------------------------------------ controls, scale
