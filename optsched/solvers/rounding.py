@@ -34,7 +34,7 @@ from ..cluster import Cluster
 from ..graph import Graph
 from ..schedule import Compute, Free, Schedule, SolveReport
 from ..simulate import SimResult, simulate
-from .milp_model import ModelSpec, build_model, last_uses, make_spec
+from .milp_model import ModelSpec, build_model, column_values, last_uses, make_spec
 from .nofit import not_found
 from .options import SolveOptions
 from .polish import keep_instead_of_recompute
@@ -80,11 +80,7 @@ class _Relaxation:
         self.timed_out = status == highspy.HighsModelStatus.kTimeLimit
         if status != highspy.HighsModelStatus.kOptimal:
             return None, status == highspy.HighsModelStatus.kInfeasible
-        x = np.asarray(self.h.getSolution().col_value)
-        S = np.zeros(self.model.S.shape[1:])
-        m = self.model.S[0] >= 0
-        S[m] = x[self.model.S[0][m]]
-        return S, False
+        return column_values(np.asarray(self.h.getSolution().col_value), self.model.S[0]), False
 
 
 def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str,
