@@ -216,8 +216,8 @@ def test_the_model_without_gap_stages_is_proven_by_its_gap_even_when_highs_stops
     M = importlib.import_module("optsched.solvers.milp")
     real, calls = M._highs_run, []
 
-    def run(model, x0, options, left, stop):
-        out = real(model, x0, options, left, stop)
+    def run(model, x0, options, left, stop, floor=0.0):
+        out = real(model, x0, options, left, stop, floor=floor)
         calls.append((model, x0, out))
         return {**out, "status": "time_limit"} if out["status"] == "optimal" else out
 
@@ -242,9 +242,9 @@ def test_with_two_threads_the_models_run_side_by_side_and_the_plain_proof_stops_
     M = importlib.import_module("optsched.solvers.milp")
     real, calls = M._highs_run, []
 
-    def run(model, x0, options, left, stop, cancel=None, live=None):
+    def run(model, x0, options, left, stop, cancel=None, live=None, floor=0.0):
         started = time.perf_counter()
-        out = real(model, x0, options, left, stop, cancel, live)
+        out = real(model, x0, options, left, stop, cancel, live, floor)
         calls.append({"model": model, "options": options, "cancel": cancel, "started": started,
                       "ended": time.perf_counter(), "out": out})
         return out
@@ -357,9 +357,11 @@ def test_coarsened_milp_is_valid_and_reports_only_a_bound_valid_for_the_full_gra
     assert r.valid and r.recomputed > 0 and s.report.objective == pytest.approx(r.makespan)
     ex = s.report.extra
     assert ex["fine_nodes"] == len(g) and ex["coarse_nodes"] < len(g)
-    assert s.report.status != "optimal" and ex["coarse_bound"] is not None
-    # only the bound that holds for every schedule of the full graph is reported
+    assert ex["coarse_bound"] is not None
+    # only the bound that holds for every schedule of the full graph is reported, and only it proves optimality
     assert s.report.bound == ex["schedule_lower_bound"] <= r.makespan
+    proven = r.makespan - s.report.bound <= SolveOptions().gap * r.makespan
+    assert (s.report.status == "optimal") == proven
     for fn in BASELINES:   # never worse than a candidate on the full graph
         try:
             b = simulate(g, cl, fn(g, cl))
@@ -385,9 +387,12 @@ def test_a_folded_graph_without_a_schedule_proves_nothing_about_the_full_one(mon
 
     s = M.coarsened(g, cl, opts, no_schedule)
     r = simulate(g, cl, s)
-    assert r.valid and s.report.status == "feasible" and s.report.extra["coarse_status"] == "infeasible"
+    assert r.valid and s.report.extra["coarse_status"] == "infeasible"
     assert s.report.extra["fallback"] and "no schedule for the folded graph" in s.report.message
     assert s.report.bound == s.report.extra["schedule_lower_bound"] <= r.makespan
+    # proven only by the bound that holds for every schedule of the full graph
+    proven = r.makespan - s.report.bound <= opts.gap * r.makespan
+    assert s.report.status == ("optimal" if proven else "feasible")
     monkeypatch.setattr(M, "_candidates", lambda *a: [])
     with pytest.raises(InfeasibleError) as e:
         M.coarsened(g, cl, opts, no_schedule)
@@ -402,9 +407,9 @@ def test_a_folded_graph_without_a_schedule_proves_nothing_about_the_full_one(mon
 def test_schedule_lower_bound_holds_for_every_solver_and_is_reported():
     g = generate.random_training_graph(10, 1)
     cl = single_accelerator(int(0.8 * _ke_peak(g)), gpus=2)
-    from optsched.solvers.milp import schedule_lower_bound
+    from optsched.solvers.bounds import lower_bounds
 
-    floor = schedule_lower_bound(make_spec(g, cl))
+    floor = lower_bounds(make_spec(g, cl))["floor"]
     assert floor > 0
     checked = 0
     for name in ("heuristic", "metf", "dtr", "offload-all", "chen-greedy"):
@@ -424,14 +429,14 @@ def test_schedule_lower_bound_holds_for_every_solver_and_is_reported():
 def test_schedule_lower_bound_counts_a_slow_host_as_a_fraction_of_a_device():
     # five independent unit operations, the host 4x slower: the best split gives the host one (4 s) and the GPU
     # four (4 s), and the bound is 5 / (1 + 1/4) = 4: tight, where counting the host as a whole device gave 2.5
-    from optsched.solvers.milp import schedule_lower_bound
+    from optsched.solvers.bounds import lower_bounds
 
     z = {"cuda": 0.0, "cpu": 0.0}
     nodes = [Node("x", "data", "input", (), z, 8, recomputable=False)]
     nodes += [Node(f"y{i}", "op", "forward", ("x",), {"cuda": 1.0, "cpu": 4.0}, 8, required=True) for i in range(5)]
     g = check_graph(Graph(tuple(nodes), name="wide"))
     cl = gpu_host(10**6, bandwidth=1e12)
-    floor = schedule_lower_bound(make_spec(g, cl))
+    floor = lower_bounds(make_spec(g, cl))["floor"]
     assert floor == pytest.approx(4.0)
     # that split needs all four GPU operations in one stage: a window of 5 lets the MILP find it and prove it
     s = solve(g, cl, "milp", SolveOptions(time_limit=30, threads=1, params={"window": 5}))
@@ -442,7 +447,7 @@ def test_schedule_lower_bound_counts_a_slow_host_as_a_fraction_of_a_device():
 def test_an_operation_too_big_for_the_gpu_is_modelled_and_bounded_on_the_host():
     # x -> big -> y: `big` with its input needs 1100 bytes, over the GPU's 1000, so it must run on the host
     # (cost 10, not 1): the model has no GPU column for it, and every bound counts its host time
-    from optsched.solvers.milp import schedule_lower_bound
+    from optsched.solvers.bounds import lower_bounds
 
     z = {"cuda": 0.0, "cpu": 0.0}
     nodes = (Node("x", "data", "input", (), z, 100, recomputable=False),
@@ -454,7 +459,7 @@ def test_an_operation_too_big_for_the_gpu_is_modelled_and_bounded_on_the_host():
     gpu, big = spec.dev_names.index("gpu0"), g.arrays.index["big"]
     assert spec.runs[gpu, big] and np.isnan(spec.ccost[gpu, big])
     assert (build_model(spec).R[gpu, :, big] < 0).all()
-    assert schedule_lower_bound(spec) >= 10.0
+    assert lower_bounds(spec)["floor"] >= 10.0
     s = solve(g, cl, "milp", SolveOptions(time_limit=30, threads=1))
     r = simulate(g, cl, s)
     assert r.valid and s.report.status == "optimal"

@@ -52,8 +52,8 @@ Reductions and what they cost:
   before the last useful stage; memory rows dropped on devices whose budget
   exceeds the graph's total bytes; params/inputs have no R outside their
   window; no R on a device whose budget cannot hold the operation's inputs,
-  output and workspace at once (so `schedule_lower_bound` counts it at the
-  device it must use); copies into the host removed when swap is off.
+  output and workspace at once (so the lower bounds count it at the device it
+  must use); copies into the host removed when swap is off.
 - restrictions (may cost optimality against schedules outside the model):
   the fixed order itself (the graph's topological order, or the warm start's
   first-computation order); the stage barrier (no overlap across stages);
@@ -77,12 +77,15 @@ Reductions and what they cost:
 - `options.params`: {"window": K} overrides K; {"host_compute": False} keeps
   the host to swap space only; {"coarsen": True} solves the graph with its
   cheap chains folded (`coarsen.py`) and expands the result: a smaller model,
-  a restriction (only `schedule_lower_bound` is reported as the bound);
+  a restriction (only `bounds.lower_bounds` is reported as the bound);
   {"highs": {name: value}} sets HiGHS options (over `_HIGHS_DEFAULTS`).
 - Bounds: the reported bound is the larger of the solver's dual bound and
-  `schedule_lower_bound` (longest dependency chain, total work over the
-  devices), which holds for every schedule; it stands in when the solver has
-  none, e.g. when its root LP does not finish within the time limit.
+  `bounds.lower_bounds` (longest dependency chain, total work over the
+  devices, and on one device without copies the work plus the recomputation
+  that the budget forces), which holds for every schedule; it stands in when
+  the solver has none (its root LP unfinished), beats the LP relaxation at
+  tight budgets, and a schedule within the gap of it is proven: HiGHS stops
+  there, or does not start when the warm start already is.
 
 Warm start: every candidate (the baselines, the heuristic, m-ETF on several
 accelerators, the rounding of this model's LP relaxation (`rounding.py`,
@@ -129,6 +132,7 @@ from ..graph import Graph, memory_lower_bound
 from ..schedule import Schedule, SolveReport
 from ..simulate import describe, simulate
 from ..units import format_size
+from .bounds import lower_bounds
 from .cuts import root_cuts
 from .milp_model import (
     TIME_SCALE,
@@ -364,15 +368,15 @@ def _infeasible(graph, cluster, options, base, why, proven=True):
 
 
 def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, solve_time, build_time, base,
-           warm_msg, extra=None, notes=(), solve_notes=()):
+           warm_msg, extra=None, notes=(), solve_notes=(), bounds=None):
     """Solution -> schedule, checked by the simulator; or the best candidate (baseline or
     heuristic) when it simulates faster; or InfeasibleError. `notes` (candidates that could
-    not start the MILP, and why) and `solve_notes` go into the report's message."""
+    not start the MILP, and why) and `solve_notes` go into the report's message. `bounds`:
+    `lower_bounds(spec)`, when the caller has it already."""
     valid_base = [b for b in base if b[2].valid]
     best_base = min(valid_base, key=lambda b: b[2].makespan) if valid_base else None
     extra = dict(extra or {})
-    floor = schedule_lower_bound(spec)
-    extra["schedule_lower_bound"] = floor
+    floor = _floor(graph, spec, extra, bounds)
     bound = floor if bound is None else max(bound, floor)
     extra.update(build_time=build_time, warm_start=warm_msg, stages=spec.T, window=spec.K,
                  columns=model.ncol, rows=model.nrow, nonzeros=int(model.index.size))
@@ -393,6 +397,7 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
         name, sched, res = best_base
         extra.update(fallback=name, makespan=res.makespan)
         status, bound = _outside_model(status, bound, res.makespan, extra, floor)
+        status = _proven_status(status, res.makespan, floor, options.gap)
         return Schedule(sched.instructions, SolveReport(solver_name, status, objective=res.makespan, bound=bound,
                                                         gap=_gap(res.makespan, bound), solve_time=solve_time,
                                                         message=msg(f"MILP gave no schedule; returning {name}"),
@@ -412,21 +417,42 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
         name, bsched, bres = best_base
         extra.update(fallback=name, milp_objective=obj, makespan=bres.makespan)
         status, bound = _outside_model(status, bound, bres.makespan, extra, floor)
+        status = _proven_status(status, bres.makespan, floor, options.gap)
         return Schedule(bsched.instructions, SolveReport(
             solver_name, status, objective=bres.makespan, bound=bound, gap=_gap(bres.makespan, bound),
             solve_time=solve_time, message=msg(f"MILP incumbent {obj:.6g} s worse than {name}; returning {name}"),
             extra=extra), graph=graph.name)
+    status = _proven_status(status, obj, bound, options.gap)
     return Schedule(sched.instructions, SolveReport(solver_name, status, objective=obj, bound=bound,
                                                     gap=_gap(obj, bound), solve_time=solve_time, message=msg(""),
                                                     extra=extra), graph=graph.name)
+
+
+def _floor(graph: Graph, spec: ModelSpec, extra: dict, bounds=None) -> float:
+    """Seconds every schedule needs (`bounds.lower_bounds`), recorded in `extra` (the operation the recompute
+    bound came from by name)."""
+    b = dict(lower_bounds(spec) if bounds is None else bounds)
+    if b["at"] is not None:
+        b["at"] = graph.arrays.ids[b["at"]]
+    extra["lower_bounds"] = b
+    extra["schedule_lower_bound"] = b["floor"]
+    return b["floor"]
+
+
+def _proven_status(status: str, objective: float, bound, gap: float) -> str:
+    """A run stopped on time whose schedule is within `gap` of a bound that holds for every schedule is proven
+    all the same."""
+    if status in ("time_limit", "feasible") and bound is not None and objective - bound <= gap * objective:
+        return "optimal"
+    return status
 
 
 def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> Schedule:
     """`solver` (the MILP through HiGHS or PuLP) on the graph with its cheap chains folded into super-nodes
     (`coarsen.py`), the schedule expanded back to operations and checked by the simulator; the best candidate
     on the full graph when it is faster. Folding restricts the schedules, so the coarse model's bound is no
-    bound here: it is kept as `extra["coarse_bound"]`, the bound reported is `schedule_lower_bound`, and the
-    status is at best "feasible"; nor does its infeasibility prove anything: the best full-graph candidate is
+    bound here: it is kept as `extra["coarse_bound"]`, the bound reported is `lower_bounds`' floor, and the
+    status is at best "feasible" unless that floor proves the gap; nor does its infeasibility prove anything: the best full-graph candidate is
     returned, or an InfeasibleError that is not `proven`."""
     from .coarsen import coarsen, expand
 
@@ -469,8 +495,8 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
         notes.append(f"returning {name}" if cs is None else
                      f"the expanded schedule was slower than {name}; returning {name}")
     status = "feasible" if rep.status in ("optimal", "infeasible") or cs is None else rep.status
-    floor = schedule_lower_bound(spec)
-    extra["schedule_lower_bound"] = floor
+    floor = _floor(graph, spec, extra)
+    status = _proven_status(status, res.makespan, floor, options.gap)
     return Schedule(sched.instructions, SolveReport(rep.solver, status, objective=res.makespan, bound=floor,
                                                     gap=_gap(res.makespan, floor), solve_time=time.perf_counter() - t0,
                                                     message="; ".join(notes + [rep.message] if rep.message else notes),
@@ -486,27 +512,6 @@ def _outside_model(status: str, bound, makespan: float, extra: dict, floor: floa
         extra["stage_model_bound"] = bound
         bound = floor
     return ("feasible" if status == "optimal" else status), bound
-
-
-def schedule_lower_bound(spec: ModelSpec) -> float:
-    """Seconds that every schedule of the graph on the model's devices needs, in or out of the stage model: the
-    longest dependency chain, each operation at its cheapest device, and the total of those cheapest times
-    spread over the devices, each counted at its best speed relative to the cheapest (r[d] = max over
-    operations of cheapest / cost on d: in L seconds d does at most r[d] L of that total; a host 20 times
-    slower adds 1/20 of a device, not a whole one). A bound to report when the solver has none (its root LP
-    not solved in time) or a weaker one."""
-    runnable = ~np.isnan(spec.ccost)
-    cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
-    cheapest[~np.isfinite(cheapest)] = 0.0
-    done = np.zeros(spec.n)
-    for v in spec.order.tolist():
-        ins = spec.in_idx[spec.in_ptr[v]:spec.in_ptr[v + 1]]
-        done[v] = cheapest[v] + (done[ins].max() if ins.size else 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):     # free operations add nothing to the total
-        rel = np.where(runnable & (spec.ccost > 0), cheapest[None, :] / spec.ccost, 0.0)
-    speed = float(rel.max(axis=1, initial=0.0).sum())
-    work = float(cheapest.sum()) / speed if speed > 0 else 0.0
-    return max(float(done.max(initial=0.0)), work) / TIME_SCALE
 
 
 def _gap(obj, bound):
@@ -574,14 +579,15 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     spec, model, x0, warm_msg, base, build_time, notes, alt = prepare(graph, cluster, options)
     if options.write_model:
         write_model(model, options.write_model)
+    bounds = lower_bounds(spec)
     stop = threading.Event()
     left = options.time_limit - (time.perf_counter() - t_start)
     if alt is None:
-        run = _highs_run(model, x0, options, left, stop)
+        run = _highs_run(model, x0, options, left, stop, floor=bounds["floor"])
         return finish(graph, cluster, options, "milp", spec, model, run["x"], run["status"], run["bound"],
-                      run["solve_time"], build_time, base, warm_msg, run["extra"], notes, run["notes"])
+                      run["solve_time"], build_time, base, warm_msg, run["extra"], notes, run["notes"], bounds)
     pmodel, px0, pmsg = alt
-    plain, staged, solve_time, side = _run_pair(pmodel, px0, model, x0, options, left, stop)
+    plain, staged, solve_time, side = _run_pair(pmodel, px0, model, x0, options, left, stop, bounds["floor"])
     pobj = np.inf if plain["x"] is None else float(pmodel.cost @ plain["x"])
     sobj = np.inf if x0 is None else float(model.cost @ (x0 if staged is None else staged["x"]))
     runs = {"without gap stages": _summary(pmodel, plain), "with gap stages": _summary(model, staged)}
@@ -593,14 +599,15 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
         status = "interrupted" if stop.is_set() else "optimal" if pproven else plain["status"]
         return finish(graph, cluster, options, "milp", pmodel.spec, pmodel, plain["x"], status, plain["bound"],
                       solve_time, build_time, base, f"{pmsg}; with gap stages: {warm_msg}",
-                      {**plain["extra"], "runs": runs}, notes, plain["notes"] + ["solved without gap stages"] + side)
+                      {**plain["extra"], "runs": runs}, notes, plain["notes"] + ["solved without gap stages"] + side,
+                      bounds)
     if staged is None:          # Ctrl-C during the plain run: the warm start stands
         return finish(graph, cluster, options, "milp", spec, model, x0, "interrupted", None, solve_time,
-                      build_time, base, warm_msg, {"backend": "highs", "runs": runs}, notes, plain["notes"])
+                      build_time, base, warm_msg, {"backend": "highs", "runs": runs}, notes, plain["notes"], bounds)
     status = "optimal" if sproven and not stop.is_set() else staged["status"]
     return finish(graph, cluster, options, "milp", spec, model, staged["x"], status, staged["bound"],
                   solve_time, build_time, base, warm_msg, {**staged["extra"], "runs": runs}, notes,
-                  staged["notes"] + side)
+                  staged["notes"] + side, bounds)
 
 
 def _proven(model: MilpArrays, run: dict, gap: float) -> bool:
@@ -621,7 +628,8 @@ def _summary(model: MilpArrays, run: dict | None) -> dict | None:
             "solve_time": run["solve_time"]}
 
 
-def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: threading.Event):
+def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: threading.Event,
+              floor: float = 0.0):
     """(plain run, staged run or None, solve time, notes): the model without gap stages and the warm start's
     model with them. With two cores or more, side by side, each on half the threads and all the time left
     (HiGHS's branch and bound works on one core; the two runs double what a 60 s limit buys on two), and the first
@@ -638,10 +646,10 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     if cores < 2:
         share = _PLAIN_SHARE if px0 is not None else _PLAIN_COLD_SHARE
         t0 = time.perf_counter()
-        plain = _highs_run(pmodel, px0, options, left * share, stop)
+        plain = _highs_run(pmodel, px0, options, left * share, stop, floor=floor)
         if settled(plain) or stop.is_set():
             return plain, None, plain["solve_time"], []
-        staged = _highs_run(model, x0, options, left - (time.perf_counter() - t0), stop)
+        staged = _highs_run(model, x0, options, left - (time.perf_counter() - t0), stop, floor=floor)
         return plain, staged, plain["solve_time"] + staged["solve_time"], []
     half = replace(options, threads=max(1, cores // 2))
     cancel = (threading.Event(), threading.Event())
@@ -651,7 +659,7 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     def go(i, m, x, opts):
         # a run that settles stops the other unless the other holds a faster schedule (different orders)
         try:
-            out[i] = _highs_run(m, x, opts, left, stop, cancel[i], live[i])
+            out[i] = _highs_run(m, x, opts, left, stop, cancel[i], live[i], floor)
             if not (settled(out[0]) if i == 0 else _proven(model, out[1], options.gap)):
                 return
             if live[1 - i].get("obj", np.inf) >= float(m.cost @ out[i]["x"]) * (1 - 1e-9):
@@ -696,10 +704,11 @@ def _set_options(h, options: SolveOptions, warm: bool = False) -> None:
 
 
 def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: threading.Event,
-               cancel: threading.Event | None = None, live: dict | None = None) -> dict:
+               cancel: threading.Event | None = None, live: dict | None = None, floor: float = 0.0) -> dict:
     """HiGHS on `model` from `x0` for at most `left` seconds, in a worker thread stopped by Ctrl-C (`stop`), or
     by `cancel` (a run beside it settled the solve; status "time_limit": stopped before proving); `live["obj"]`
-    follows its incumbent (model units) for the run beside it:
+    follows its incumbent (model units) for the run beside it. `floor` (seconds, `bounds.lower_bounds`) holds
+    for every schedule: an incumbent within the gap of it is proven, and the run stops (or does not start).
     {x, status, bound, extra, notes, solve_time}; x is x0 when HiGHS found nothing better or did not run."""
     import highspy
 
@@ -735,6 +744,17 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         if stopped():
             e.interrupt()
 
+    # an incumbent at or below `goal` (model units) is within the gap of the floor
+    goal = floor * TIME_SCALE / (1 - options.gap) if options.gap < 1 else math.inf
+    by_floor = threading.Event()
+
+    def poll_mip(e):
+        if stopped():
+            e.interrupt()
+        elif e.data_out.mip_primal_bound <= goal:
+            by_floor.set()
+            e.interrupt()
+
     if live is not None:
         live["obj"] = np.inf if x0 is None else float(model.cost @ x0)
 
@@ -745,11 +765,15 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
     if options.progress is not None:
         h.cbMipImprovingSolution.subscribe(report)
         h.cbMipInterrupt.subscribe(report)
-    for cb in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
+    for cb in (h.cbSimplexInterrupt, h.cbIpmInterrupt):
         cb.subscribe(poll)
-    ran = left > 0 and model.index.size <= _NNZ_PER_S * left
+    h.cbMipInterrupt.subscribe(poll_mip)
+    proven = x0 is not None and float(model.cost @ x0) <= goal
+    ran = left > 0 and model.index.size <= _NNZ_PER_S * left and not proven
     notes = []
-    if not ran:
+    if proven:
+        notes.append("the warm start is within the gap of the lower bound: no branch and bound")
+    elif not ran:
         notes.append(f"the model ({model.index.size} nonzeros) is too large to solve in the "
                      f"{max(left, 0):.3g} s left; raise --time-limit")
     abandoned = False
@@ -793,8 +817,15 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
                          "lp_before": lp[0] / TIME_SCALE, "lp_after": lp[-1] / TIME_SCALE}
     if stop.is_set() and not abandoned:
         status = "interrupted"
+    elif proven:
+        status = "optimal"         # within the gap of a bound on every schedule
+    elif by_floor.is_set() and x is not None and float(model.cost @ x) <= goal:
+        status = "optimal"
+        notes.append("HiGHS stopped: its schedule is within the gap of the lower bound")
     elif status == "interrupted":
         status = "time_limit"      # cancelled by the run beside it
+    if floor and (bound is None or bound < floor):
+        bound = floor
     return {"x": x, "status": status, "bound": bound, "extra": extra, "notes": notes,
             "solve_time": time.perf_counter() - t0}
 

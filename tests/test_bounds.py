@@ -1,0 +1,190 @@
+"""The lower bounds of `optsched.solvers.bounds` hold for every schedule, not only the MILP's: checked against the
+exhaustive optimum over all schedules on one device for tiny graphs (a search written from the schedule contract,
+its optimum replayed in the simulator), against every solver's schedules, and shown tight where recomputation is
+forced."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+from milp_graphs import gpu_host, one_gpu, small_dag, two_gpus
+from strategies import random_dags, seeded_training_graphs, training_graphs
+
+from optsched.errors import InfeasibleError
+from optsched.graph import Graph, Node, check_graph, largest_operation
+from optsched.schedule import Compute, Free, Schedule
+from optsched.simulate import simulate
+from optsched.solvers import SolveOptions, solve
+from optsched.solvers.bounds import lower_bounds
+from optsched.solvers.milp_model import make_spec
+
+
+def exhaustive(graph: Graph, budget: int) -> tuple[float, list] | None:
+    """(least step time, its instructions) over every schedule on one device of `budget` bytes, or None: Dijkstra
+    over (values resident, values not recomputable already computed); a step computes a node whose inputs are
+    resident (within the budget with its output and workspace) or frees a value; the time is the sum of the
+    computations (one compute stream, no copies)."""
+    a = graph.arrays
+    n = len(a.ids)
+    ins = [a.in_idx[a.in_ptr[v]:a.in_ptr[v + 1]].tolist() for v in range(n)]
+    cost = a.cost["cuda"].tolist()
+    size = a.bytes.tolist()
+    ws = a.workspace.tolist()
+    goal = sum(1 << v for v in range(n) if a.required[v])
+    start = (0, 0)
+    best = {start: 0.0}
+    back = {start: None}
+    heap = [(0.0, 0, start)]
+    tick = 1
+    while heap:
+        t, _, (res, once) = heapq.heappop(heap)
+        if t > best[(res, once)]:
+            continue
+        if res & goal == goal:
+            steps, s = [], (res, once)
+            while back[s] is not None:
+                s, step = back[s]
+                steps.append(step)
+            return t, steps[::-1]
+        held = sum(size[v] for v in range(n) if res >> v & 1)
+        moves = []
+        for v in range(n):
+            bit = 1 << v
+            if res & bit:
+                moves.append(((res & ~bit, once), 0.0, Free(a.ids[v], "gpu0")))
+            elif (not once & bit and all(res >> u & 1 for u in ins[v])
+                  and held + size[v] + ws[v] <= budget):
+                moves.append(((res | bit, once | (bit if not a.recomputable[v] else 0)), cost[v],
+                              Compute(a.ids[v], "gpu0")))
+        for state, dt, step in moves:
+            if t + dt < best.get(state, float("inf")):
+                best[state] = t + dt
+                back[state] = ((res, once), step)
+                heapq.heappush(heap, (t + dt, tick, state))
+                tick += 1
+    return None
+
+
+def forced_recompute_graph() -> Graph:
+    """x -> a -> b -> l, then gb(l, b) and ga(gb, a), ga required. With 350 bytes, computing l (b and l held,
+    200) leaves no room for a (200), only for x (50): a is dropped and computed again for ga, so every schedule
+    takes the work (6 s) plus a (1 s)."""
+    z = {"cuda": 0.0}
+    nodes = (Node("x", "data", "input", (), z, 50, recomputable=False),
+             Node("a", "op", "forward", ("x",), {"cuda": 1.0}, 200),
+             Node("b", "op", "forward", ("a",), {"cuda": 2.0}, 100),
+             Node("l", "op", "loss", ("b",), {"cuda": 1.0}, 100),
+             Node("gb", "op", "backward", ("l", "b"), {"cuda": 1.0}, 50),
+             Node("ga", "op", "backward", ("gb", "a"), {"cuda": 1.0}, 50, required=True))
+    return check_graph(Graph(nodes, name="forced-recompute"))
+
+
+def test_the_recompute_bound_is_tight_where_the_budget_forces_a_recomputation():
+    g = forced_recompute_graph()
+    b = lower_bounds(make_spec(g, one_gpu(350), swap=False))
+    assert b["work"] == pytest.approx(6.0) and b["recompute"] == pytest.approx(7.0) and b["floor"] == b["recompute"]
+    assert g.arrays.ids[b["at"]] in ("l", "gb")    # computing either leaves no room for a
+    best, steps = exhaustive(g, 350)
+    assert best == pytest.approx(7.0)
+    r = simulate(g, one_gpu(350), Schedule(tuple(steps)))
+    assert r.valid and r.makespan == pytest.approx(best)
+    # with room for everything, nothing is forced and the bound is the work
+    assert lower_bounds(make_spec(g, one_gpu(550), swap=False))["floor"] == pytest.approx(6.0)
+    assert exhaustive(g, 550)[0] == pytest.approx(6.0)
+
+
+def test_the_milp_stops_when_its_warm_start_is_within_the_gap_of_the_bound():
+    g = forced_recompute_graph()
+    s = solve(g, one_gpu(350), "milp", SolveOptions(swap=False, time_limit=30, threads=1))
+    r = simulate(g, one_gpu(350), s)
+    assert r.valid and r.makespan == pytest.approx(7.0)
+    rep = s.report
+    assert rep.status == "optimal" and rep.bound == pytest.approx(7.0) and rep.gap == pytest.approx(0.0)
+    assert rep.extra["lower_bounds"]["at"] in ("l", "gb") and rep.extra["lower_bounds"]["recompute"] == pytest.approx(7.0)
+
+
+def test_operations_no_required_result_needs_are_not_counted():
+    z = {"cuda": 0.0}
+    nodes = (Node("x", "data", "input", (), z, 8, recomputable=False),
+             Node("a", "op", "forward", ("x",), {"cuda": 1.0}, 8, required=True),
+             Node("dead", "op", "forward", ("x",), {"cuda": 10.0}, 8))
+    g = check_graph(Graph(nodes, name="dead-branch"))
+    b = lower_bounds(make_spec(g, one_gpu(10**6), swap=False))
+    assert b["floor"] == pytest.approx(1.0)
+    r = simulate(g, one_gpu(10**6), Schedule((Compute("x", "gpu0"), Compute("a", "gpu0"))))
+    assert r.valid and r.makespan == pytest.approx(1.0)
+
+
+def test_the_recompute_bound_applies_only_where_one_device_computes_everything_and_nothing_leaves_it():
+    g = forced_recompute_graph()
+    # a host to swap to, or a second GPU, can hold a instead of recomputing it
+    assert lower_bounds(make_spec(g, gpu_host(350), swap=True))["recompute"] is None
+    assert lower_bounds(make_spec(g, two_gpus(350), swap=False))["recompute"] is None
+    # without swapping and without host computation the host holds nothing: the bound applies
+    assert lower_bounds(make_spec(g, gpu_host(350), swap=False, host_compute=False))["recompute"] == pytest.approx(7)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=random_dags(min_nodes=2, max_nodes=7, max_bytes=400, zero_costs=False), frac=st.floats(0.0, 1.0))
+def test_the_bounds_never_exceed_the_exhaustive_optimum(g, frac):
+    need = largest_operation(g)[1]
+    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
+    budget = int(need + frac * max(total - need, 0))
+    found = exhaustive(g, budget)
+    assume(found is not None)
+    best, steps = found
+    r = simulate(g, one_gpu(budget), Schedule(tuple(steps)))
+    assert r.valid and r.makespan == pytest.approx(best, rel=1e-9, abs=1e-12)
+    b = lower_bounds(make_spec(g, one_gpu(budget), swap=False))
+    assert b["recompute"] is not None
+    assert b["floor"] <= best * (1 + 1e-9) + 1e-12
+    event("recomputation forced" if b["recompute"] > b["work"] * (1 + 1e-9) else "none forced")
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=training_graphs(2, 5, params=False, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.5))
+def test_the_bounds_never_exceed_the_exhaustive_optimum_of_small_training_graphs(g, frac):
+    # forward activations held for the backward pass (its last gradients required, as parameter gradients are):
+    # tight budgets force recomputation
+    read = {u for node in g.nodes for u in node.inputs}
+    g = check_graph(Graph(tuple(replace(node, required=node.required or (node.kind == "backward" and node.id not in read))
+                                for node in g.nodes), name=g.name))
+    need = largest_operation(g)[1]
+    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
+    budget = int(need + frac * max(total - need, 0))
+    found = exhaustive(g, budget)
+    assume(found is not None)
+    b = lower_bounds(make_spec(g, one_gpu(budget), swap=False))
+    assert b["floor"] <= found[0] * (1 + 1e-9) + 1e-12
+    event("recomputation forced" if b["recompute"] > b["work"] * (1 + 1e-9) else "none forced")
+
+
+@pytest.mark.parametrize("n", [6, 8])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_bounds_never_exceed_the_exhaustive_optimum_on_small_dags_at_tight_budgets(n, seed):
+    g = small_dag(n, seed, ws=True)
+    need = largest_operation(g)[1]
+    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
+    for budget in sorted({need, need + (total - need) // 4, need + (total - need) // 2}):
+        found = exhaustive(g, budget)
+        b = lower_bounds(make_spec(g, one_gpu(budget), swap=False))
+        if found is not None:
+            assert b["floor"] <= found[0] * (1 + 1e-9)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=seeded_training_graphs(max_forward=8), frac=st.floats(0.3, 0.9))
+def test_every_solver_schedule_takes_at_least_the_bound(g, frac):
+    ke = simulate(g, one_gpu(10**15), solve(g, one_gpu(10**15), "keep-everything"))
+    cl = one_gpu(max(int(frac * ke.peak["gpu0"]), largest_operation(g)[1]))
+    floor = lower_bounds(make_spec(g, cl, swap=False))["floor"]
+    for name in ("chen-greedy", "dtr", "heuristic", "lp-rounding"):
+        try:
+            r = simulate(g, cl, solve(g, cl, name, SolveOptions(swap=False, time_limit=10, threads=1)))
+        except InfeasibleError:
+            continue
+        assert r.valid and r.makespan >= floor * (1 - 1e-9), name
