@@ -104,7 +104,8 @@ def test_the_milp_stops_when_its_warm_start_is_within_the_gap_of_the_bound():
     assert r.valid and r.makespan == pytest.approx(7.0)
     rep = s.report
     assert rep.status == "optimal" and rep.bound == pytest.approx(7.0) and rep.gap == pytest.approx(0.0)
-    assert rep.extra["lower_bounds"]["at"] in ("l", "gb") and rep.extra["lower_bounds"]["recompute"] == pytest.approx(7.0)
+    lb = rep.extra["lower_bounds"]
+    assert lb["at"] in ("l", "gb") and lb["recompute"] == pytest.approx(7.0)
 
 
 def test_operations_no_required_result_needs_are_not_counted():
@@ -151,8 +152,9 @@ def test_the_bounds_never_exceed_the_exhaustive_optimum_of_small_training_graphs
     # forward activations held for the backward pass (its last gradients required, as parameter gradients are):
     # tight budgets force recomputation
     read = {u for node in g.nodes for u in node.inputs}
-    g = check_graph(Graph(tuple(replace(node, required=node.required or (node.kind == "backward" and node.id not in read))
-                                for node in g.nodes), name=g.name))
+    last = [replace(node, required=node.required or (node.kind == "backward" and node.id not in read))
+            for node in g.nodes]
+    g = check_graph(Graph(tuple(last), name=g.name))
     need = largest_operation(g)[1]
     total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
     budget = int(need + frac * max(total - need, 0))

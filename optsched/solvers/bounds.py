@@ -181,7 +181,7 @@ def _solve(problem, integer: bool, seconds: float) -> float:
     (infeasible: the budget cannot hold what x needs resident, which the other checks report)."""
     import highspy
 
-    from .milp import run_highs     # releases HiGHS's thread pool for the solves after this one
+    from .milp import run_highs  # releases HiGHS's thread pool for the solves after this one
 
     cost, lb, ub, row_lo, row_hi, start, idx, val = problem
     h = highspy.Highs()

@@ -452,8 +452,8 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
     (`coarsen.py`), the schedule expanded back to operations and checked by the simulator; the best candidate
     on the full graph when it is faster. Folding restricts the schedules, so the coarse model's bound is no
     bound here: it is kept as `extra["coarse_bound"]`, the bound reported is `lower_bounds`' floor, and the
-    status is at best "feasible" unless that floor proves the gap; nor does its infeasibility prove anything: the best full-graph candidate is
-    returned, or an InfeasibleError that is not `proven`."""
+    status is at best "feasible" unless that floor proves the gap; nor does its infeasibility prove anything:
+    the best full-graph candidate is returned, or an InfeasibleError that is not `proven`."""
     from .coarsen import coarsen, expand
 
     t0 = time.perf_counter()
