@@ -51,7 +51,7 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS) -> dict:
     work = float(cheapest.sum()) / speed if speed > 0 else 0.0
     out = {"chain": float(done.max(initial=0.0)) / TIME_SCALE, "work": work / TIME_SCALE, "recompute": None,
            "at": None}
-    d = _sole_device(spec)
+    d = _sole_device(spec, needed)
     if d is not None:
         extra, out["at"] = _recompute(spec, d, needed, seconds)
         out["recompute"] = (float(cheapest.sum()) + extra) / TIME_SCALE
@@ -68,10 +68,10 @@ def _needed(spec: ModelSpec) -> np.ndarray:
     return need
 
 
-def _sole_device(spec: ModelSpec) -> int | None:
+def _sole_device(spec: ModelSpec, needed: np.ndarray) -> int | None:
     """The model device that computes everything when no other computes anything and no copy leaves it."""
     devs = np.flatnonzero(~np.isnan(spec.ccost).all(axis=1))
-    if devs.size != 1 or np.isnan(spec.ccost[devs[0]][_needed(spec)]).any():
+    if devs.size != 1 or np.isnan(spec.ccost[devs[0]][needed]).any():
         return None
     d = int(devs[0])
     if any(src == d for _, src, _ in spec.links):
@@ -95,12 +95,12 @@ def _reach(ptr: np.ndarray, idx: np.ndarray, start: int, n: int) -> np.ndarray:
     return seen
 
 
-def _candidates(spec: ModelSpec, needed: np.ndarray) -> np.ndarray:
-    """The operations at which keeping everything (in the model's order) holds the most bytes."""
+def _candidates(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The operations at which keeping everything (in the model's order) holds the most bytes; `dst[e]` reads
+    the input `spec.in_idx[e]`."""
     n, order = spec.n, spec.order
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n)
-    dst = np.repeat(np.arange(n), np.diff(spec.in_ptr))
     last = np.full(n, -1, dtype=np.int64)
     np.maximum.at(last, spec.in_idx, rank[dst])
     last = np.where(spec.required, n, last)
@@ -117,11 +117,12 @@ def _candidates(spec: ModelSpec, needed: np.ndarray) -> np.ndarray:
 def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float) -> tuple[float, int | None]:
     """(model time every schedule spends recomputing, at least; the operation x it was found at), or (0, None)."""
     t0 = time.perf_counter()
+    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
     lp = []
-    for x in _candidates(spec, needed).tolist():
+    for x in _candidates(spec, needed, dst).tolist():
         if time.perf_counter() - t0 > seconds / 2:
             break
-        problem = _at(spec, d, x, needed)
+        problem = _at(spec, d, x, needed, dst)
         if problem is not None:
             lp.append((_solve(problem, False, seconds), x, problem))
     best, at = 0.0, None
@@ -134,7 +135,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float) -> t
     return best, at
 
 
-def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray):
+def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray, dst: np.ndarray):
     """The integer programme at operation x, as arrays (see the module docstring), or None when it is empty or
     cannot hold (x's inputs, output and workspace over the budget: `nofit` says so)."""
     n = spec.n
@@ -146,7 +147,6 @@ def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray):
         return None
     k = np.full(n, -1, dtype=np.int64)
     k[A] = np.arange(na)
-    dst = np.repeat(np.arange(n), np.diff(spec.in_ptr))
     src = spec.in_idx
     # v read by a descendant of x, or required: resident at x or computed again
     later = np.zeros(n, dtype=bool)

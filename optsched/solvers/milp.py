@@ -442,7 +442,7 @@ def _floor(graph: Graph, spec: ModelSpec, extra: dict, bounds=None) -> float:
 def _proven_status(status: str, objective: float, bound, gap: float) -> str:
     """A run stopped on time whose schedule is within `gap` of a bound that holds for every schedule is proven
     all the same."""
-    if status in ("time_limit", "feasible") and bound is not None and objective - bound <= gap * objective:
+    if status in ("time_limit", "feasible") and bound is not None and _gap(objective, bound) <= gap:
         return "optimal"
     return status
 
