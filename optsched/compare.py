@@ -9,8 +9,10 @@ a variant that restricts what it may do: `milp/recompute-only` (no swapping),
 problems (joint, recompute-only, swap-only).
 
 Row columns: solver, status (the solver's own status, `invalid` when the
-simulator rejects its schedule, `infeasible` when it finds none, `no_incumbent`
-when it found none without proving that none exists (out of time), `error` when
+simulator rejects its schedule, `infeasible` when it proves that none fits,
+`no_incumbent` when it found none without proving that none exists (out of
+time), `model_infeasible` when the MILP's stage model has none (a schedule
+outside it may still fit), `error` when
 it does not apply to the problem), valid, violation, step_time_s, overhead
 (step time over keep-everything's, minus 1), compute/recompute/transfer
 totals, bytes swapped out and in, peak_<device>_bytes per device, the
@@ -92,7 +94,8 @@ def run_solver(graph: Graph, cluster: Cluster, solver: str, options: SolveOption
     try:
         sched = fn(graph, cluster, opts)
     except InfeasibleError as e:
-        row.update(status="infeasible" if e.proven else "no_incumbent", solve_s=time.perf_counter() - t0,
+        status = "infeasible" if e.proven else "model_infeasible" if e.restricted else "no_incumbent"
+        row.update(status=status, solve_s=time.perf_counter() - t0,
                    message=e.render())
         return Run(solver, None, None, row)
     except OptschedError as e:

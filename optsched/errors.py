@@ -54,10 +54,11 @@ class ClusterError(OptschedError):
 
 class InfeasibleError(OptschedError):
     """No schedule fits the budget; the message says how much would. `proven` False: the search found none (out
-    of time, or over a restricted set of schedules), which does not prove there is none."""
+    of time, or over a restricted set of schedules: `restricted`), which does not prove there is none."""
 
-    def __init__(self, message: str, *, proven: bool = True, **where):
+    def __init__(self, message: str, *, proven: bool = True, restricted: bool = False, **where):
         self.proven = proven
+        self.restricted = restricted
         super().__init__(message, **where)
 
     def render(self) -> str:

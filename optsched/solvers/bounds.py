@@ -16,6 +16,16 @@ branch and bound closes slowly.
   inputs, output and workspace, fit in the budget. The cheapest such choice is a small integer programme (a
   knapsack with precedence), and its HiGHS dual bound, at the operations where keep-everything holds the most,
   bounds the recomputation time of every schedule.
+- coupled recompute (same setting): the moments x_1, ..., x_k of a chain of those operations, each an ancestor of
+  the next (so first computed in that order), taken together. Between two moments the intervals are disjoint, so
+  the recomputations in each add up; a value resident at x_{j+1} and computed before x_j was resident at x_j or
+  computed again in between (nothing but a computation brings a value back on one device without copies); a value
+  first read in the interval ending at x_{m} was resident at x_j or computed again before x_{m}; a recomputation
+  in an interval reads inputs resident at its start or computed again within it. Dropping a value at the peak
+  then costs its recomputation and the room it takes again later, where the single moment charged only the
+  first (bert at 40% of its keep-everything memory: 1.36x -> 1.47x of keep-everything's time). Each moment's own
+  bound is a row of it (every schedule recomputes at least that much after the moment), so its LP starts at the
+  best single one.
 
 Only operations that some required result depends on count: a schedule need not compute the others.
 """
@@ -30,13 +40,16 @@ from .milp_model import TIME_SCALE, ModelSpec
 
 _CANDIDATES = 24    # operations x tried with the LP (where keep-everything holds the most bytes)
 _INTEGER = 4        # of those, the best few solved as integer programmes (their dual bound)
-_SECONDS = 2.0      # at most, for the whole recompute bound
+_SECONDS = 2.0      # at most, for the single-moment recompute bound
+_MOMENTS = 16       # at most, in the coupled bound's chain
+_COUPLED = 3.0      # seconds at most for the coupled bound
 
 
-def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS) -> dict:
+def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | None = None) -> dict:
     """{"chain", "work", "recompute", "at", "floor"}: seconds every schedule of the graph on the model's devices
-    needs (see the module docstring); recompute is None where it does not apply, `at` the index of the operation x
-    it came from (None when no recomputation is forced), floor the largest."""
+    needs (see the module docstring); recompute is None where it does not apply, `at` the indices of the operations
+    it came from (one, or the coupled bound's moments; None when no recomputation is forced), floor the largest.
+    `target` (seconds): the coupled bound is not tried when the single moments already reach it."""
     needed = _needed(spec)
     runnable = ~np.isnan(spec.ccost)
     cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
@@ -53,7 +66,8 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS) -> dict:
            "at": None}
     d = _sole_device(spec, needed)
     if d is not None:
-        extra, out["at"] = _recompute(spec, d, needed, seconds)
+        reach = None if target is None else target * TIME_SCALE - float(cheapest.sum())
+        extra, out["at"] = _recompute(spec, d, needed, seconds, reach)
         out["recompute"] = (float(cheapest.sum()) + extra) / TIME_SCALE
     out["floor"] = max(v for k, v in out.items() if k in ("chain", "work", "recompute") and v is not None)
     return out
@@ -114,32 +128,76 @@ def _candidates(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> np.ndar
     return order[best[:_CANDIDATES]]
 
 
-def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float) -> tuple[float, int | None]:
-    """(model time every schedule spends recomputing, at least; the operation x it was found at), or (0, None)."""
+def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float,
+               reach: float | None) -> tuple[float, tuple[int, ...] | None]:
+    """(model time every schedule spends recomputing, at least; the moments it was found at), or (0, None).
+    `reach`: the coupled bound is skipped when a single moment gets there (model time)."""
     t0 = time.perf_counter()
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
-    lp = []
+    lp, anc = [], {}
     for x in _candidates(spec, needed, dst).tolist():
         if time.perf_counter() - t0 > seconds / 2:
             break
-        problem = _at(spec, d, x, needed, dst)
+        anc[x] = _reach(spec.in_ptr, spec.in_idx, x, spec.n)
+        problem = _at(spec, d, x, needed, dst, anc[x])
         if problem is not None:
             lp.append((_solve(problem, False, seconds), x, problem))
-    best, at = 0.0, None
     lp.sort(key=lambda z: -z[0])
+    single = {}                         # x -> what every schedule recomputes after x's first computation
     for k, (val, x, problem) in enumerate(lp):
         if k < _INTEGER and time.perf_counter() - t0 < seconds:
             val = max(val, _solve(problem, True, max(seconds - (time.perf_counter() - t0), 0.01) / (_INTEGER - k)))
-        if val > best:
-            best, at = val, x
+        single[x] = val
+    if not single:
+        return 0.0, None
+    top = max(single, key=single.get)
+    best, at = single[top], (top,)
+    if single[top] > 0 and (reach is None or single[top] < reach):
+        chain = _chain(spec, top, list(single), anc)
+        if len(chain) > 1:
+            val = _solve(_coupled(spec, d, chain, needed, dst, anc, single), True, _COUPLED)
+            if val > best * (1 + 1e-9):
+                best, at = val, tuple(chain)
     return best, at
 
 
-def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray, dst: np.ndarray):
-    """The integer programme at operation x, as arrays (see the module docstring), or None when it is empty or
-    cannot hold (x's inputs, output and workspace over the budget: `nofit` says so)."""
+def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
+    """The longest chain of candidates through `top`, each an ancestor of the next, at most _MOMENTS of them
+    (evenly thinned, `top` kept)."""
+    rank = np.empty(spec.n, dtype=np.int64)
+    rank[spec.order] = np.arange(spec.n)
+    cands = sorted(cands, key=rank.__getitem__)
+    before = [x for x in cands if anc[top][x]]
+    after = [x for x in cands if anc[x][top]]
+
+    def longest(xs: list[int]) -> list[int]:
+        length, prev = {}, {}
+        for x in xs:
+            length[x], prev[x] = 1, None
+            for y in xs:
+                if y == x:
+                    break
+                if anc[x][y] and length[y] + 1 > length[x]:
+                    length[x], prev[x] = length[y] + 1, y
+        x = max(xs, key=length.get, default=None)
+        out = []
+        while x is not None:
+            out.append(x)
+            x = prev[x]
+        return out[::-1]
+
+    chain = longest(before) + [top] + longest(after)
+    if len(chain) > _MOMENTS:
+        i = chain.index(top)
+        keep = set(np.linspace(0, len(chain) - 1, _MOMENTS - 1).round().astype(int).tolist()) | {i}
+        chain = [x for j, x in enumerate(chain) if j in keep]
+    return chain
+
+
+def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray, dst: np.ndarray, anc: np.ndarray):
+    """The integer programme at operation x (`anc`: its ancestors), as arrays (see the module docstring), or None
+    when it is empty or cannot hold (x's inputs, output and workspace over the budget: `nofit` says so)."""
     n = spec.n
-    anc = _reach(spec.in_ptr, spec.in_idx, x, n)
     desc = _reach(spec.out_ptr, spec.out_idx, x, n) & needed     # computed after x (the others maybe never)
     A = np.flatnonzero(anc)
     na = A.size
@@ -174,6 +232,82 @@ def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray, dst: np.ndarray):
     row_lo = np.concatenate([np.ones(ncov), np.zeros(ne), [-np.inf]])
     row_hi = np.concatenate([np.full(ncov + ne, np.inf), [cap]])
     return cost, lb, ub, row_lo, row_hi, start, rows_idx, rows_val
+
+
+def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst: np.ndarray, anc: dict,
+             single: dict):
+    """The coupled integer programme over the chain's moments (see the module docstring), as `_at`'s arrays: per
+    moment j and ancestor v of x_j, s_j[v] (resident at x_j) and r_j[v] (computed again before x_{j+1}, or after
+    x_k for the last). `single[x]`: what every schedule recomputes after x, a row where known."""
+    n, k, src = spec.n, len(chain), spec.in_idx
+    A = [np.flatnonzero(anc[x]) for x in chain]
+    size = np.array([a.size for a in A])
+    off = np.concatenate([[0], np.cumsum(2 * size)])
+    S = np.full((k, n), -1, dtype=np.int64)             # column of s_j[v]
+    for j, a in enumerate(A):
+        S[j, a] = off[j] + np.arange(a.size)
+    R = S + size[:, None]                                # column of r_j[v]
+    ncol = int(off[-1])
+    cost, lb, ub = np.zeros(ncol), np.zeros(ncol), np.ones(ncol)
+    for j, (x, a) in enumerate(zip(chain, A, strict=True)):
+        lb[S[j, src[spec.in_ptr[x]:spec.in_ptr[x + 1]]]] = 1.0
+        cost[R[j, a]] = np.nan_to_num(spec.ccost[d, a])
+        ub[R[j, a[spec.once[a]]]] = 0.0
+    upto = np.full((k, n), k, dtype=np.int64)           # upto[j, w]: the first i > j with w = x_i or above it
+    for i in range(k - 1, 0, -1):
+        mine = anc[chain[i]].copy()
+        mine[chain[i]] = True
+        upto[:i, mine] = i
+    ri, ci, vi, lo, hi = [], [], [], [], []             # entries (row, column, value) and row bounds
+
+    def add(rows: np.ndarray, cols: np.ndarray, val) -> None:
+        ri.append(rows)
+        ci.append(cols)
+        vi.append(np.broadcast_to(np.asarray(val, dtype=float), cols.shape))
+
+    def new_rows(m: int, low: float, high: float) -> np.ndarray:
+        first = len(lo)
+        lo.extend([low] * m)
+        hi.extend([high] * m)
+        return np.arange(first, first + m)
+
+    for j, (x, a) in enumerate(zip(chain, A, strict=True)):
+        # memory at x_j
+        add(np.repeat(new_rows(1, -np.inf, spec.budget[d] - spec.nbytes[x] - spec.ws[x]), a.size), S[j, a],
+            spec.nbytes[a])
+        # v read by a descendant w of x_j (first computed before x_upto[j, w]), or required: resident at x_j or
+        # computed again before that read (after x_j)
+        e = (_reach(spec.out_ptr, spec.out_idx, x, n) & needed)[dst] & anc[x][src]
+        until = np.full(n, k - 1, dtype=np.int64)
+        np.minimum.at(until, src[e], upto[j, dst[e]] - 1)
+        later = np.zeros(n, dtype=bool)
+        later[src[e]] = True
+        cov = a[later[a] | spec.required[a]]
+        rid = new_rows(cov.size, 1.0, np.inf)
+        add(rid, S[j, cov], 1.0)
+        for i in range(j, k):
+            on = until[cov] >= i
+            add(rid[on], R[i, cov[on]], 1.0)
+        # a recomputation before x_{j+1} reads inputs resident at x_j or computed again before it
+        e = anc[x][src] & anc[x][dst] & ~spec.once[dst]
+        rid = new_rows(int(e.sum()), 0.0, np.inf)
+        add(rid, S[j, src[e]], 1.0)
+        add(rid, R[j, src[e]], 1.0)
+        add(rid, R[j, dst[e]], -1.0)
+        # resident at x_{j+1}: resident at x_j or computed again in between
+        if j + 1 < k:
+            rid = new_rows(a.size, 0.0, np.inf)
+            add(rid, S[j, a], 1.0)
+            add(rid, R[j, a], 1.0)
+            add(rid, S[j + 1, a], -1.0)
+        # every schedule recomputes at least x_j's own bound after it
+        if single.get(x, 0.0) > 0:
+            cs = R[j:, a].ravel()
+            add(np.repeat(new_rows(1, single[x], np.inf), cs.size), cs, cost[cs])
+    rows, cols, vals = np.concatenate(ri), np.concatenate(ci), np.concatenate(vi)
+    by = np.argsort(rows, kind="stable")
+    start = np.searchsorted(rows[by], np.arange(len(lo) + 1))
+    return cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]
 
 
 def _solve(problem, integer: bool, seconds: float) -> float:

@@ -348,9 +348,10 @@ def _warm_model(spec, best, base, notes, none_msg):
     return model, x0, warm_msg
 
 
-def _infeasible(graph, cluster, options, base, why, proven=True):
+def _infeasible(graph, cluster, options, base, why, proven=True, restricted=False):
     """InfeasibleError with the memory lower bound and the smallest peak any candidate reached; `proven` False:
-    no schedule was found in the time given, which does not prove there is none (the hint says so)."""
+    no schedule was found in the time given, or (`restricted`) the MILP's stage model has none; neither proves
+    that there is none."""
     lb = memory_lower_bound(graph)
     found = [b[2].peak for b in base]
     smallest = None
@@ -362,9 +363,11 @@ def _infeasible(graph, cluster, options, base, why, proven=True):
     if smallest is not None:
         msg += f"; smallest budget at which a schedule was found: {format_size(smallest)} ({smallest} bytes)"
     hint = "raise the budget, add devices, or allow swapping and recomputation"
-    if not proven:
+    if restricted:
+        hint = f"try lp-rounding or dtr, whose schedules need not fit the MILP's stages, or {hint}"
+    elif not proven:
         hint = f"give the solver more time (--time-limit, now {options.time_limit:g} s), or {hint}"
-    raise InfeasibleError(msg, hint=hint, proven=proven)
+    raise InfeasibleError(msg, hint=hint, proven=proven and not restricted, restricted=restricted)
 
 
 def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, solve_time, build_time, base,
@@ -390,7 +393,8 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
 
     if x is None:
         if status == "infeasible" and best_base is None:
-            _infeasible(graph, cluster, options, base, "the MILP is infeasible")
+            # the stage model restricts the schedules (module docstring): its infeasibility proves nothing
+            _infeasible(graph, cluster, options, base, "the MILP's stage model has no solution", restricted=True)
         if best_base is None:
             _infeasible(graph, cluster, options, base, f"the MILP found none ({status}) and no baseline fits",
                         proven=False)
@@ -429,11 +433,11 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
 
 
 def _floor(graph: Graph, spec: ModelSpec, extra: dict, bounds=None) -> float:
-    """Seconds every schedule needs (`bounds.lower_bounds`), recorded in `extra` (the operation the recompute
+    """Seconds every schedule needs (`bounds.lower_bounds`), recorded in `extra` (the operations the recompute
     bound came from by name)."""
     b = dict(lower_bounds(spec) if bounds is None else bounds)
     if b["at"] is not None:
-        b["at"] = graph.arrays.ids[b["at"]]
+        b["at"] = [graph.arrays.ids[v] for v in b["at"]]
     extra["lower_bounds"] = b
     extra["schedule_lower_bound"] = b["floor"]
     return b["floor"]
@@ -476,8 +480,9 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
                                   f"none ({e.message}), nor has any baseline on the full graph", proven=False,
                                   hint="solve without coarsening (drop --coarsen)") from e
         cs, res = None, None
-        rep = SolveReport("milp", "infeasible" if e.proven else "time_limit")
-        notes.append("the MILP found no schedule for the folded graph" + ("" if e.proven else " in time"))
+        rep = SolveReport("milp", "infeasible" if e.proven or e.restricted else "time_limit")
+        notes.append("the MILP found no schedule for the folded graph" + ("" if e.proven or e.restricted
+                                                                           else " in time"))
     else:
         sched = expand(cs, mapping, graph)
         res = simulate(graph, cluster, sched)
@@ -579,7 +584,8 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     spec, model, x0, warm_msg, base, build_time, notes, alt = prepare(graph, cluster, options)
     if options.write_model:
         write_model(model, options.write_model)
-    bounds = lower_bounds(spec)
+    known = [float(m.cost @ x) for m, x in ((model, x0), alt[:2] if alt else (None, None)) if x is not None]
+    bounds = lower_bounds(spec, target=min(known) / TIME_SCALE * (1 - options.gap) if known else None)
     stop = threading.Event()
     left = options.time_limit - (time.perf_counter() - t_start)
     if alt is None:
