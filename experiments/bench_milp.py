@@ -4,7 +4,7 @@
    37-350 nodes (PyTorch models captured with optsched, roofline costs of the
    H100 preset, so every run sees the same graph; and GNMT from
    ../shared/data) at budgets from 90% of keep-everything's simulated peak down
-   in steps of 10% until the stage model is proven infeasible, then halfway
+   in steps of 10% until the stage model is infeasible, then halfway
    back (near the minimum feasible fraction): solve time, proven gap, step time.
 2. The joint problem: 2 GPUs + host, swapping on, with a 120 s limit, on the
    ../shared/data graphs and captured ones.
@@ -88,6 +88,9 @@ def baseline_peaks(g, cl_fn):
     return ke, peaks
 
 
+NONE = ("infeasible", "model_infeasible", "no_incumbent")    # statuses without a schedule
+
+
 def row(name, g, cl, frac, opts, base_time, problem):
     t0 = time.perf_counter()
     try:
@@ -165,16 +168,16 @@ def main(argv=None):
             r = row(name, g, one(int(frac * kep)), frac, opts, ke.makespan, "checkmate")
             print(r, flush=True)
             rows.append(r)
-            if r["status"] in ("infeasible", "no_incumbent"):
+            if r["status"] in NONE:
                 break
             feasible, frac = frac, round(frac - 0.1, 3)
         for near in (0.95, 0.99) if feasible is None else ():   # feasible only close to keep-everything
             r = row(name, g, one(int(near * kep)), near, opts, ke.makespan, "checkmate")
             print(r, flush=True)
             rows.append(r)
-            if r["status"] not in ("infeasible", "no_incumbent"):
+            if r["status"] not in NONE:
                 break
-        if feasible is not None and frac > 0.04 and r["status"] == "infeasible":
+        if feasible is not None and frac > 0.04 and r["status"] in ("infeasible", "model_infeasible"):
             mid = round((feasible + frac) / 2, 3)
             r = row(name, g, one(int(mid * kep)), mid, opts, ke.makespan, "checkmate")
             print(r, flush=True)

@@ -60,6 +60,7 @@ Reductions and what they cost:
   memory counted for a whole stage (unless "instage");
   the window K; required results are not recomputed after their window
   (they are kept once computed); a copy is usable only from the next stage.
+  So an infeasible model proves nothing (InfeasibleError `restricted`).
 - cuts (exact: valid for every integer point, so the optimum is unchanged):
   before branch and bound, rounds of LP and separation of recomputation-chain
   cuts (`cuts.py`: a value present at t' was resident at t or regained since,
@@ -82,7 +83,8 @@ Reductions and what they cost:
 - Bounds: the reported bound is the larger of the solver's dual bound and
   `bounds.lower_bounds` (longest dependency chain, total work over the
   devices, and on one device without copies the work plus the recomputation
-  that the budget forces), which holds for every schedule; it stands in when
+  that the budget forces, at one moment or a chain of them), which holds for
+  every schedule; it stands in when
   the solver has none (its root LP unfinished), beats the LP relaxation at
   tight budgets, and a schedule within the gap of it is proven: HiGHS stops
   there, or does not start when the warm start already is.
