@@ -96,8 +96,7 @@ def row(name, g, cl, frac, opts, base_time, problem):
     try:
         s = solve(g, cl, "milp", opts)
     except InfeasibleError as e:
-        st = "infeasible" if e.proven else "model_infeasible" if e.restricted else "no_incumbent"
-        return dict(problem=problem, graph=name, nodes=len(g), budget_frac=round(frac, 3), status=st,
+        return dict(problem=problem, graph=name, nodes=len(g), budget_frac=round(frac, 3), status=e.status,
                     wall_s=round(time.perf_counter() - t0, 2), note=str(e)[:120])
     r = s.report
     sim = simulate(g, cl, s)

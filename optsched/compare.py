@@ -94,9 +94,7 @@ def run_solver(graph: Graph, cluster: Cluster, solver: str, options: SolveOption
     try:
         sched = fn(graph, cluster, opts)
     except InfeasibleError as e:
-        status = "infeasible" if e.proven else "model_infeasible" if e.restricted else "no_incumbent"
-        row.update(status=status, solve_s=time.perf_counter() - t0,
-                   message=e.render())
+        row.update(status=e.status, solve_s=time.perf_counter() - t0, message=e.render())
         return Run(solver, None, None, row)
     except OptschedError as e:
         row.update(status="error", solve_s=time.perf_counter() - t0, message=e.render())

@@ -54,12 +54,19 @@ class ClusterError(OptschedError):
 
 class InfeasibleError(OptschedError):
     """No schedule fits the budget; the message says how much would. `proven` False: the search found none (out
-    of time, or over a restricted set of schedules: `restricted`), which does not prove there is none."""
+    of time, or over a restricted set of schedules: `restricted`, never proven), which does not prove there is
+    none."""
 
     def __init__(self, message: str, *, proven: bool = True, restricted: bool = False, **where):
-        self.proven = proven
+        self.proven = proven and not restricted
         self.restricted = restricted
         super().__init__(message, **where)
+
+    @property
+    def status(self) -> str:
+        """The status a table shows: infeasible (proven), model_infeasible (the solver's restricted set has none)
+        or no_incumbent (none found in time)."""
+        return "infeasible" if self.proven else "model_infeasible" if self.restricted else "no_incumbent"
 
     def render(self) -> str:
         head = "no schedule fits" if self.proven else "no schedule found"

@@ -369,7 +369,7 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
         hint = f"try lp-rounding or dtr, whose schedules need not fit the MILP's stages, or {hint}"
     elif not proven:
         hint = f"give the solver more time (--time-limit, now {options.time_limit:g} s), or {hint}"
-    raise InfeasibleError(msg, hint=hint, proven=proven and not restricted, restricted=restricted)
+    raise InfeasibleError(msg, hint=hint, proven=proven, restricted=restricted)
 
 
 def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, solve_time, build_time, base,
@@ -482,9 +482,9 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
                                   f"none ({e.message}), nor has any baseline on the full graph", proven=False,
                                   hint="solve without coarsening (drop --coarsen)") from e
         cs, res = None, None
-        rep = SolveReport("milp", "infeasible" if e.proven or e.restricted else "time_limit")
-        notes.append("the MILP found no schedule for the folded graph" + ("" if e.proven or e.restricted
-                                                                           else " in time"))
+        out_of_time = e.status == "no_incumbent"
+        rep = SolveReport("milp", "time_limit" if out_of_time else "infeasible")
+        notes.append("the MILP found no schedule for the folded graph" + (" in time" if out_of_time else ""))
     else:
         sched = expand(cs, mapping, graph)
         res = simulate(graph, cluster, sched)
