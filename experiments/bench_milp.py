@@ -9,9 +9,12 @@
 2. The joint problem: 2 GPUs + host, swapping on, with a 120 s limit, on the
    ../shared/data graphs and captured ones.
 
-Also times the model build of a 500-node graph (goal: under 5 s). Writes
-experiments/results/milp_build.csv, milp_checkmate.csv and milp_joint.csv, each with
-the command, machine and load average on its first line (as a comment).
+Also times the model build of a 500-node graph (goal: under 5 s), and gives each
+graph's memory floor for Checkmate's problem (`bounds.least_budget`: below it no
+schedule fits, whatever is recomputed) beside its largest operation, as fractions
+of keep-everything's peak. Writes experiments/results/milp_build.csv,
+milp_floor.csv, milp_checkmate.csv and milp_joint.csv, each with the command,
+machine and load average on its first line (as a comment).
 
     .venv/bin/python experiments/bench_milp.py [--time-limit 60] [--joint-time-limit 120] [--quick]
 """
@@ -122,6 +125,26 @@ def write(path, rows, cmd):
         w.writerows(rows)
 
 
+def floors(gs) -> list[dict]:
+    """Per graph: the budget below which no one-device recompute-only schedule fits, and the largest operation's
+    inputs, output and workspace, as fractions of keep-everything's peak."""
+    from optsched.graph import memory_lower_bound
+    from optsched.solvers.bounds import least_budget
+    from optsched.solvers.milp_model import make_spec
+
+    out = []
+    for name, g in gs:
+        kep = baseline_peaks(g, one)[1]["keep-everything"]
+        t = time.perf_counter()
+        least = least_budget(make_spec(g, one(kep), swap=False))
+        out.append(dict(graph=name, nodes=len(g), keep_everything_bytes=kep,
+                        largest_operation_frac=round(memory_lower_bound(g) / kep, 4),
+                        floor_frac=None if least is None else round(least / kep, 4),
+                        floor_bytes=least, floor_s=round(time.perf_counter() - t, 2)))
+        print(out[-1], flush=True)
+    return out
+
+
 def build_times(repeats: int = 3) -> list[dict]:
     """Model build time (spec + arrays) of a 500-node graph on 2 GPUs + host: the goal is under 5 s."""
     from optsched.generate import random_training_graph
@@ -157,6 +180,8 @@ def main(argv=None):
         write(os.path.join(HERE, "results", "milp_build.csv"), build_times(), cmd)
     params = {"cuts": args.cuts} if args.cuts else {}
     gs = graphs(args.quick, args.graphs)
+    if not args.cuts:
+        write(os.path.join(HERE, "results", "milp_floor.csv"), floors(gs), cmd)
     rows = []
     for name, g in [] if args.skip_checkmate else gs:
         ke, peaks = baseline_peaks(g, one)

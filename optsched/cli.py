@@ -114,6 +114,17 @@ def _baseline(g: Graph, name: str) -> dict:
             "recompute_s": r.recompute_time}
 
 
+def _recompute_floor(g: Graph) -> int | None:
+    """Bytes one accelerator needs at least when it computes everything and swaps nothing (`bounds.least_budget`);
+    None without cuda costs."""
+    from .cluster import Device
+    from .solvers.bounds import least_budget
+    from .solvers.milp_model import make_spec
+
+    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
+    return least_budget(make_spec(g, Cluster((Device("gpu0", "cuda", max(total, 1)),)), swap=False))
+
+
 def cmd_info(args) -> int:
     from .summary import graph_summary
 
@@ -121,6 +132,7 @@ def cmd_info(args) -> int:
     info = graph_summary(g)
     baselines = {name: _baseline(g, name) for name in ("keep-everything", "chen-sqrt")}
     info["baselines"] = baselines
+    info["recompute_floor"] = _recompute_floor(g)
     if args.json:
         _emit(args, info)
         return 0
@@ -129,6 +141,9 @@ def cmd_info(args) -> int:
     print("kinds          " + ", ".join(f"{k} {v}" for k, v in sorted(info["kinds"].items())))
     print("total compute  " + ", ".join(f"{k} {format_time(v)}" for k, v in info["total_compute_s"].items()))
     print(f"lower bound    {format_size(info['memory_lower_bound'])} (operation {info['largest_operation']!r})")
+    if info["recompute_floor"] is not None:
+        print(f"               {format_size(info['recompute_floor'])} on one accelerator without swapping, whatever "
+              "is recomputed")
     rows = [[n, b.get("device", "-"), format_size(b["peak_bytes"]) if "peak_bytes" in b else "-",
              format_time(b["step_time_s"]) if "step_time_s" in b else "-",
              format_time(b["recompute_s"]) if "recompute_s" in b else b.get("error", "")]

@@ -19,7 +19,7 @@ from optsched.graph import Graph, Node, check_graph, largest_operation
 from optsched.schedule import Compute, Free, Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, bounds, solve
-from optsched.solvers.bounds import lower_bounds
+from optsched.solvers.bounds import least_budget, lower_bounds
 from optsched.solvers.milp_model import make_spec
 
 
@@ -131,6 +131,56 @@ def test_the_coupled_bound_is_tight_where_each_moment_alone_is_not(monkeypatch):
     monkeypatch.setattr(bounds, "_MOMENTS", 1)      # one moment at a time
     one = lower_bounds(spec)
     assert one["recompute"] == pytest.approx(11.0) and len(one["at"]) == 1
+
+
+def test_below_the_least_budget_no_schedule_fits_and_every_single_gpu_solver_says_so_proven():
+    # the largest operation (l with its input b: 200 bytes, or gb with l and b: 250) fits in 300, yet every
+    # schedule needs 350: computing l or gb leaves no room for a, which ga reads, and recomputing a then needs x
+    # beside gb and a: the coupled moments see it
+    g = forced_recompute_graph()
+    assert largest_operation(g)[1] <= 300
+    assert exhaustive(g, 349) is None and exhaustive(g, 350) is not None
+    assert least_budget(make_spec(g, one_gpu(300), swap=False)) == 350
+    b = lower_bounds(make_spec(g, one_gpu(349), swap=False))
+    assert b["recompute"] == b["floor"] == float("inf") and len(b["at"]) > 1
+    for solver in ("milp", "pulp", "lp-rounding", "dtr"):
+        with pytest.raises(InfeasibleError) as e:
+            solve(g, one_gpu(349), solver, SolveOptions(swap=False, time_limit=10, threads=1))
+        msg = str(e.value)
+        assert e.value.proven and msg.startswith("no schedule fits: ") and "whatever it recomputes" in msg, solver
+        assert "350 B" in msg, (solver, msg)
+    # with a host to swap to, the bound does not apply: no claim
+    assert least_budget(make_spec(g, gpu_host(300), swap=True)) is None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=random_dags(min_nodes=2, max_nodes=7, max_bytes=400, zero_costs=False), frac=st.floats(0.0, 0.6))
+def test_no_schedule_fits_where_the_bounds_say_none_does(g, frac):
+    _no_schedule_below_the_least_budget(g, frac)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=training_graphs(2, 5, params=False, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.5))
+def test_no_schedule_fits_small_training_graphs_where_the_bounds_say_none_does(g, frac):
+    read = {u for node in g.nodes for u in node.inputs}
+    last = [replace(node, required=node.required or (node.kind == "backward" and node.id not in read))
+            for node in g.nodes]
+    _no_schedule_below_the_least_budget(check_graph(Graph(tuple(last), name=g.name)), frac)
+
+
+def _no_schedule_below_the_least_budget(g: Graph, frac: float) -> None:
+    need = largest_operation(g)[1]
+    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
+    budget = int(need + frac * max(total - need, 0))
+    spec = make_spec(g, one_gpu(budget), swap=False)
+    least = least_budget(spec)
+    assert 0 <= least <= total
+    if least > need:
+        assert exhaustive(g, least - 1) is None
+    none = not lower_bounds(spec)["floor"] < float("inf")
+    if none:
+        assert exhaustive(g, budget) is None
+    event("no schedule proven" if none else "above the largest operation" if least > need else "at it")
 
 
 def test_the_milp_stops_when_its_warm_start_is_within_the_gap_of_the_bound():

@@ -87,7 +87,10 @@ Reductions and what they cost:
   every schedule; it stands in when
   the solver has none (its root LP unfinished), beats the LP relaxation at
   tight budgets, and a schedule within the gap of it is proven: HiGHS stops
-  there, or does not start when the warm start already is.
+  there, or does not start when the warm start already is. Where the
+  recompute bound's relaxation has no point, no schedule fits at all: the
+  MILP (HiGHS or PuLP) says so, proven, before solving, with the budget below
+  which nothing fits (`bounds.least_budget`) as the memory lower bound.
 
 Warm start: every candidate (the baselines, the heuristic, m-ETF on several
 accelerators, the rounding of this model's LP relaxation (`rounding.py`,
@@ -134,7 +137,7 @@ from ..graph import Graph, memory_lower_bound
 from ..schedule import Schedule, SolveReport
 from ..simulate import describe, simulate
 from ..units import format_size
-from .bounds import lower_bounds
+from .bounds import least_budget, lower_bounds
 from .cuts import root_cuts
 from .milp_model import (
     TIME_SCALE,
@@ -151,7 +154,7 @@ from .milp_model import (
     violated_rows,
     x_from_decisions,
 )
-from .nofit import unplaceable
+from .nofit import no_room, unplaceable
 from .options import SolveOptions
 
 
@@ -350,11 +353,12 @@ def _warm_model(spec, best, base, notes, none_msg):
     return model, x0, warm_msg
 
 
-def _infeasible(graph, cluster, options, base, why, proven=True, restricted=False):
-    """InfeasibleError with the memory lower bound and the smallest peak any candidate reached; `proven` False:
-    no schedule was found in the time given, or (`restricted`) the MILP's stage model has none; neither proves
-    that there is none."""
-    lb = memory_lower_bound(graph)
+def _infeasible(graph, cluster, options, base, why, proven=True, restricted=False, spec=None):
+    """InfeasibleError with the memory lower bound (on one device without copies, `spec`'s, the budget below
+    which the recomputation relaxations have no point: `bounds.least_budget`) and the smallest peak any
+    candidate reached; `proven` False: no schedule was found in the time given, or (`restricted`) the MILP's
+    stage model has none; neither proves that there is none."""
+    lb = max(memory_lower_bound(graph), (least_budget(spec) or 0) if spec is not None else 0)
     found = [b[2].peak for b in base]
     smallest = None
     for pk in found:
@@ -370,6 +374,18 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
     elif not proven:
         hint = f"give the solver more time (--time-limit, now {options.time_limit:g} s), or {hint}"
     raise InfeasibleError(msg, hint=hint, proven=proven, restricted=restricted)
+
+
+def _bounds(graph, cluster, options, base, spec, target=None) -> dict:
+    """`bounds.lower_bounds(spec, target=target)`; InfeasibleError, proven, where they show that no schedule fits
+    (a relaxation of every schedule has no point)."""
+    b = lower_bounds(spec, target=target)
+    if np.isfinite(b["floor"]):
+        return b
+    valid = [name for name, _, r in base if r.valid]
+    if valid:
+        raise MilpBug(f"the lower bound says no schedule fits, yet {valid[0]}'s schedule does")
+    _infeasible(graph, cluster, options, base, no_room(graph, b["at"]), spec=spec)
 
 
 def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, solve_time, build_time, base,
@@ -396,10 +412,11 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
     if x is None:
         if status == "infeasible" and best_base is None:
             # the stage model restricts the schedules (module docstring): its infeasibility proves nothing
-            _infeasible(graph, cluster, options, base, "the MILP's stage model has no solution", restricted=True)
+            _infeasible(graph, cluster, options, base, "the MILP's stage model has no solution", restricted=True,
+                        spec=spec)
         if best_base is None:
             _infeasible(graph, cluster, options, base, f"the MILP found none ({status}) and no baseline fits",
-                        proven=False)
+                        proven=False, spec=spec)
         name, sched, res = best_base
         extra.update(fallback=name, makespan=res.makespan)
         status, bound = _outside_model(status, bound, res.makespan, extra, floor)
@@ -468,6 +485,7 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
     too_big = _unplaceable(graph, spec)
     if too_big:     # proven on the full graph, before anything is folded
         _infeasible(graph, cluster, options, base, too_big)
+    bounds = _bounds(graph, cluster, options, base, spec)
     coarse, mapping = coarsen(graph)
     inner = replace(options, warm_start=None, time_limit=max(options.time_limit - (time.perf_counter() - t0), 0.0),
                     params={k: v for k, v in options.params.items() if k != "coarsen"})
@@ -502,7 +520,7 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
         notes.append(f"returning {name}" if cs is None else
                      f"the expanded schedule was slower than {name}; returning {name}")
     status = "feasible" if rep.status in ("optimal", "infeasible") or cs is None else rep.status
-    floor = _floor(graph, spec, extra)
+    floor = _floor(graph, spec, extra, bounds)
     status = _proven_status(status, res.makespan, floor, options.gap)
     return Schedule(sched.instructions, SolveReport(rep.solver, status, objective=res.makespan, bound=floor,
                                                     gap=_gap(res.makespan, floor), solve_time=time.perf_counter() - t0,
@@ -587,7 +605,8 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     if options.write_model:
         write_model(model, options.write_model)
     known = [float(m.cost @ x) for m, x in ((model, x0), alt[:2] if alt else (None, None)) if x is not None]
-    bounds = lower_bounds(spec, target=min(known) / TIME_SCALE * (1 - options.gap) if known else None)
+    target = min(known) / TIME_SCALE * (1 - options.gap) if known else None
+    bounds = _bounds(graph, cluster, options, base, spec, target)
     stop = threading.Event()
     left = options.time_limit - (time.perf_counter() - t_start)
     if alt is None:
@@ -896,6 +915,7 @@ def _pulp(graph, cluster, options, solver_name):
     spec, model, x0, warm_msg, base, build_time, notes, _ = prepare(graph, cluster, options)
     if options.write_model:
         write_model(model, options.write_model)
+    bounds = _bounds(graph, cluster, options, base, spec)
     prob = pulp.LpProblem("optsched", pulp.LpMinimize)
     make = getattr(prob, "add_variable", None) or pulp.LpVariable
     xs = [make(f"x{j}", lowBound=model.lb[j], upBound=None if math.isinf(model.ub[j]) else model.ub[j],
@@ -964,7 +984,7 @@ def _pulp(graph, cluster, options, solver_name):
         x = x0
     extra = {"backend": f"pulp:{solver_name}", "pulp_status": pulp.LpStatus.get(ps, str(ps))}
     return finish(graph, cluster, options, f"pulp:{solver_name}", spec, model, x, status, bound, solve_time,
-                  build_time, base, warm_msg, extra, notes)
+                  build_time, base, warm_msg, extra, notes, bounds=bounds)
 
 
 pulp_cbc = pulp_solver("PULP_CBC_CMD")

@@ -1,8 +1,12 @@
 """Why a solver returns no schedule, and whether that is proven.
 
-Only one thing proves that no schedule fits a cluster: an operation whose inputs, output and workspace exceed
-the budget of every device that can run it. A heuristic or a baseline that finds nothing proves nothing (another
-solver may find a schedule), so its error says "no schedule found", not "no schedule fits".
+Two things prove that no schedule fits a cluster: an operation whose inputs, output and workspace exceed the
+budget of every device that can run it; and, where one device computes everything and nothing can be copied off
+it, a recomputation relaxation of every schedule without a point (`bounds.lower_bounds`: at some operation's
+first computation, what must be resident exceeds the budget whatever is recomputed). A heuristic or a baseline
+that finds nothing proves nothing (another solver may find a schedule), so its error says "no schedule found",
+not "no schedule fits", unless one of those two holds (the second is checked at the budget, and the error then
+gives `bounds.least_budget`).
 """
 
 from __future__ import annotations
@@ -30,12 +34,28 @@ def unplaceable(graph: Graph, names: list[str], runs: np.ndarray, budget: np.nda
             f"workspace), more than the budget of any device that can run it ({', '.join(where) or 'none'})")
 
 
+def no_room(graph: Graph, at) -> str:
+    """Why no schedule fits when the recomputation relaxation at the operations `at` has no point."""
+    names = ", ".join(repr(graph.arrays.ids[v]) for v in at)
+    return f"when it first computes {names}, every schedule must hold more than the budget, whatever it recomputes"
+
+
 def not_found(graph: Graph, cluster: Cluster, message: str, hint: str | None = None) -> InfeasibleError:
     """The error for a solver that found no schedule: proven when an operation fits no device of the cluster
-    that can run it, else unproven with `message` (what the solver tried)."""
+    that can run it, or when the recomputation bound shows that nothing fits (with the budget below which
+    nothing does), else unproven with `message` (what the solver tried)."""
+    from .bounds import least_budget
+    from .milp_model import make_spec
+
     runs = runnable_mask(graph, cluster)
     budget = np.array([dev.memory for dev in cluster.devices], dtype=np.int64)
     why = unplaceable(graph, [dev.name for dev in cluster.devices], runs, budget)
     if why:
         return InfeasibleError(why, hint="raise the budget, or add a device with room for it")
+    least = least_budget(make_spec(graph, cluster), if_over=True)
+    if least is not None:
+        budgets = ", ".join(f"{dev.name} {format_size(dev.memory)}" for dev in cluster.devices)
+        return InfeasibleError(f"budget {budgets}; whatever it recomputes, no schedule fits under "
+                               f"{format_size(least)} ({least} bytes)",
+                               hint="raise the budget, add devices, or allow swapping")
     return InfeasibleError(message, hint=hint, proven=False)
