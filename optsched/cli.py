@@ -115,14 +115,15 @@ def _baseline(g: Graph, name: str) -> dict:
 
 
 def _recompute_floor(g: Graph) -> int | None:
-    """Bytes one accelerator needs at least when it computes everything and swaps nothing (`bounds.least_budget`);
-    None without cuda costs."""
+    """Bytes one accelerator needs at least when it computes everything and swaps nothing (`bounds.least_budget`,
+    never below the largest operation's); None without cuda costs."""
     from .cluster import Device
     from .solvers.bounds import least_budget
     from .solvers.milp_model import make_spec
 
     total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
-    return least_budget(make_spec(g, Cluster((Device("gpu0", "cuda", max(total, 1)),)), swap=False))
+    least = least_budget(make_spec(g, Cluster((Device("gpu0", "cuda", max(total, 1)),)), swap=False))
+    return None if least is None else max(least, largest_operation(g)[1])
 
 
 def cmd_info(args) -> int:

@@ -44,8 +44,10 @@ def test_validate_and_info(capsys, graph_file):
     assert info["baselines"]["keep-everything"]["peak_bytes"] == 17_000_004
     assert info["baselines"]["chen-sqrt"]["peak_bytes"] < info["baselines"]["keep-everything"]["peak_bytes"]
     assert info["memory_lower_bound"] == 3_000_000
+    # one accelerator without swapping needs at least that, and no more than keeping everything
+    assert 3_000_000 <= info["recompute_floor"] <= 17_000_004
     code, out, _ = run(capsys, "info", graph_file)
-    assert code == 0 and "keep-everything" in out and "lower bound" in out
+    assert code == 0 and "keep-everything" in out and "lower bound" in out and "whatever is recomputed" in out
 
 
 def test_solve_then_simulate(capsys, graph_file, tmp_path):

@@ -113,9 +113,9 @@ def least_budget(spec: ModelSpec, seconds: float = _SECONDS, if_over: bool = Fal
                 return False
         return len(chain) < 2 or feasible(_coupled(at, d, chain, needed, dst, anc, {}))
 
-    ops = [int(spec.nbytes[spec.in_idx[spec.in_ptr[x]:spec.in_ptr[x + 1]]].sum() + spec.nbytes[x] + spec.ws[x])
-           for x in cands]
-    lo, hi = max(ops, default=0) - 1, int(spec.nbytes.sum() + spec.ws.max(initial=0))
+    # each operation a schedule must compute holds its inputs, output and workspace at once
+    ops = np.bincount(dst, weights=spec.nbytes[spec.in_idx], minlength=spec.n) + spec.nbytes + spec.ws
+    lo, hi = int(ops[needed].max(initial=0)) - 1, int(spec.nbytes.sum() + spec.ws.max(initial=0))
     if if_over:
         if fits(int(spec.budget[d])):
             return None
