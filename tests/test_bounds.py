@@ -153,6 +153,15 @@ def test_below_the_least_budget_no_schedule_fits_and_every_single_gpu_solver_say
     assert least_budget(make_spec(g, gpu_host(300), swap=True)) is None
 
 
+def _last_gradients_required(g: Graph) -> Graph:
+    """The graph with its last gradients required, as parameter gradients are: forward activations are then held
+    for the backward pass, and tight budgets force recomputation."""
+    read = {u for node in g.nodes for u in node.inputs}
+    last = [replace(node, required=node.required or (node.kind == "backward" and node.id not in read))
+            for node in g.nodes]
+    return check_graph(Graph(tuple(last), name=g.name))
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=random_dags(min_nodes=2, max_nodes=7, max_bytes=400, zero_costs=False), frac=st.floats(0.0, 0.6))
 def test_no_schedule_fits_where_the_bounds_say_none_does(g, frac):
@@ -162,10 +171,7 @@ def test_no_schedule_fits_where_the_bounds_say_none_does(g, frac):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=training_graphs(2, 5, params=False, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.5))
 def test_no_schedule_fits_small_training_graphs_where_the_bounds_say_none_does(g, frac):
-    read = {u for node in g.nodes for u in node.inputs}
-    last = [replace(node, required=node.required or (node.kind == "backward" and node.id not in read))
-            for node in g.nodes]
-    _no_schedule_below_the_least_budget(check_graph(Graph(tuple(last), name=g.name)), frac)
+    _no_schedule_below_the_least_budget(_last_gradients_required(g), frac)
 
 
 def _no_schedule_below_the_least_budget(g: Graph, frac: float) -> None:
@@ -235,12 +241,7 @@ def test_the_bounds_never_exceed_the_exhaustive_optimum(g, frac):
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=training_graphs(2, 5, params=False, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.5))
 def test_the_bounds_never_exceed_the_exhaustive_optimum_of_small_training_graphs(g, frac):
-    # forward activations held for the backward pass (its last gradients required, as parameter gradients are):
-    # tight budgets force recomputation
-    read = {u for node in g.nodes for u in node.inputs}
-    last = [replace(node, required=node.required or (node.kind == "backward" and node.id not in read))
-            for node in g.nodes]
-    g = check_graph(Graph(tuple(last), name=g.name))
+    g = _last_gradients_required(g)
     need = largest_operation(g)[1]
     total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
     budget = int(need + frac * max(total - need, 0))
