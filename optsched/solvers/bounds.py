@@ -366,8 +366,8 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
 
 
 def _solve(problem, integer: bool, seconds: float) -> float:
-    """The LP optimum, or the integer programme's dual bound after at most `seconds`; 0 when nothing came of it
-    (infeasible: the budget cannot hold what x needs resident, which the other checks report)."""
+    """The LP optimum, or the integer programme's dual bound after at most `seconds`; infinite when the programme
+    has no point (no schedule fits), 0 when nothing else came of it."""
     import highspy
 
     from .milp import run_highs  # releases HiGHS's thread pool for the solves after this one

@@ -117,7 +117,9 @@ is stopped by Ctrl-C through its interrupt callbacks (status `interrupted`,
 best schedule so far). Models too large to solve in the time left are not
 handed to HiGHS (see _NNZ_PER_S). When the warm start needs gap stages, the
 model without them runs too: side by side on two cores or more (HiGHS's branch
-and bound uses one), one after the other on one (`_run_pair`).
+and bound uses one), one after the other on one (`_run_pair`); when the model
+without gap stages is done early, a large-neighbourhood search (`lns.py`) takes
+its core.
 """
 
 from __future__ import annotations
@@ -139,6 +141,7 @@ from ..simulate import describe, simulate
 from ..units import format_size
 from .bounds import least_budget, lower_bounds
 from .cuts import root_cuts
+from .lns import improve
 from .milp_model import (
     TIME_SCALE,
     MilpArrays,
@@ -661,9 +664,11 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     model with them. With two cores or more, side by side, each on half the threads and all the time left
     (HiGHS's branch and bound works on one core; the two runs double what a 60 s limit buys on two), and the first
     to settle stops the other: the plain model proving its gap with a schedule no slower than the staged model's
-    start, or the staged model proving optimality. On one core, the plain model first for _PLAIN_SHARE of the
-    time (_PLAIN_COLD_SHARE when it starts cold, as it must find a schedule before it can prove one), then the
-    staged model for the rest unless the plain one proved its gap."""
+    start, or the staged model proving optimality. A plain run over without settling (at tight budgets its model
+    often has no schedule, proven in a second or two) leaves its core to `lns.improve` around the staged model's
+    warm start until the staged run ends; the better point is the staged run's. On one core, the plain model
+    first for _PLAIN_SHARE of the time (_PLAIN_COLD_SHARE when it starts cold, as it must find a schedule before
+    it can prove one), then the staged model for the rest unless the plain one proved its gap."""
     warm = np.inf if x0 is None else float(model.cost @ x0)
 
     def settled(run):
@@ -681,12 +686,20 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     half = replace(options, threads=max(1, cores // 2))
     cancel = (threading.Event(), threading.Event())
     live: tuple = ({}, {})
-    out: list = [None, None]
+    out: list = [None, None, None]
+    finished = threading.Event()        # the staged run is over
+    goal = floor * TIME_SCALE / (1 - options.gap) if options.gap < 1 else math.inf
 
     def go(i, m, x, opts):
         # a run that settles stops the other unless the other holds a faster schedule (different orders)
         try:
             out[i] = _highs_run(m, x, opts, left, stop, cancel[i], live[i], floor)
+            if i == 0 and not settled(out[0]) and x0 is not None:
+                # the plain run is over early: its core searches around the staged model's warm start
+                out[2] = improve(model, x0, t0 + left, lambda: stop.is_set() or finished.is_set(), goal)
+                if float(model.cost @ out[2][0]) <= goal:
+                    cancel[1].set()     # within the gap of the lower bound
+                return
             if not (settled(out[0]) if i == 0 else _proven(model, out[1], options.gap)):
                 return
             if live[1 - i].get("obj", np.inf) >= float(m.cost @ out[i]["x"]) * (1 - 1e-9):
@@ -694,6 +707,9 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
         except BaseException as e:      # raised again in the calling thread
             out[i] = e
             cancel[1 - i].set()
+        finally:
+            if i == 1:
+                finished.set()
 
     t0 = time.perf_counter()
     workers = [threading.Thread(target=go, args=(0, pmodel, px0, replace(half, progress=None)), daemon=True),
@@ -705,7 +721,15 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     for r in out:
         if isinstance(r, BaseException):
             raise r
-    return out[0], out[1], time.perf_counter() - t0, ["the models with and without gap stages ran side by side"]
+    notes = ["the models with and without gap stages ran side by side"]
+    staged = out[1]
+    if out[2] is not None:
+        x, seen = out[2]
+        notes.append(f"a search around the warm start on the freed core: {seen['rounds']} rounds, "
+                     f"{seen['improved']} improvements")
+        if staged["x"] is None or float(model.cost @ x) < float(model.cost @ staged["x"]) * (1 - 1e-9):
+            staged = {**staged, "x": x}
+    return out[0], staged, time.perf_counter() - t0, notes
 
 
 _PLAIN_SHARE = 0.2

@@ -1,0 +1,94 @@
+"""The large-neighbourhood search that takes a core the MILP's branch and bound leaves idle."""
+
+from __future__ import annotations
+
+import importlib
+import time
+
+import numpy as np
+from milp_graphs import one_gpu
+
+from optsched import generate
+from optsched.schedule import Schedule
+from optsched.simulate import simulate
+from optsched.solvers import SolveOptions, solve
+from optsched.solvers import baselines as B
+from optsched.solvers.lns import improve
+from optsched.solvers.milp import prepare
+from optsched.solvers.milp_model import TIME_SCALE, decisions_from_x, emit, violated_rows
+
+M = importlib.import_module("optsched.solvers.milp")
+
+
+def _ke_peak(g):
+    from optsched.cluster import Cluster, Device
+
+    big = Cluster((Device("gpu0", "cuda", 10**15),))
+    return simulate(g, big, B.keep_everything(g, big)).peak["gpu0"]
+
+
+def _poor_start():
+    # chen-greedy recomputes where the budget would let a schedule keep more: a point the search can improve
+    g = generate.random_training_graph(8, 3)
+    cl = one_gpu(int(0.9 * _ke_peak(g)))
+    warm = solve(g, cl, "chen-greedy", swap=False)
+    assert simulate(g, cl, warm).recomputed > 0
+    opts = SolveOptions(time_limit=20, threads=1, swap=False, warm_start=warm)
+    spec, model, x0, msg, *_ = prepare(g, cl, opts)
+    assert x0 is not None and msg.startswith("user: accepted")
+    return g, cl, spec, model, x0
+
+
+def test_the_search_improves_a_poor_point_and_stays_a_point_of_the_model():
+    g, cl, spec, model, x0 = _poor_start()
+    x, seen = improve(model, x0, time.perf_counter() + 5, lambda: False)
+    assert seen["rounds"] >= 1 and seen["improved"] >= 1
+    assert float(model.cost @ x) < float(model.cost @ x0) * (1 - 1e-6)
+    assert np.array_equal(x[model.integ == 1], np.round(x[model.integ == 1]))
+    assert violated_rows(model, x, tol=1e-6) == []
+    # its schedule is valid, and no slower than the model says
+    r = simulate(g, cl, Schedule(tuple(emit(g, spec, decisions_from_x(model, x))), graph=g.name))
+    assert r.valid and r.makespan <= float(model.cost @ x) / TIME_SCALE * (1 + 1e-9)
+
+
+def test_the_search_stops_when_asked_and_at_the_goal():
+    _, _, _, model, x0 = _poor_start()
+    x, seen = improve(model, x0, time.perf_counter() + 5, lambda: True)
+    assert seen["rounds"] == 0 and float(model.cost @ x) == float(model.cost @ x0)
+    t = time.perf_counter()
+    x, seen = improve(model, x0, t + 30, lambda: False, goal=float(model.cost @ x0) * 2)
+    assert seen["rounds"] == 0 and time.perf_counter() - t < 1
+
+
+def test_a_plain_run_over_early_leaves_its_core_to_the_search(monkeypatch):
+    # the model without gap stages proven infeasible at once (as at tight budgets): its core searches around the
+    # gap-stage model's warm start while that model's branch and bound runs; the faster point is returned
+    real, calls = M._highs_run, []
+    searched = []
+    real_improve = M.improve
+
+    def run(model, x0, options, left, stop, cancel=None, live=None, floor=0.0):
+        if x0 is None or model.spec.T == model.spec.n + model.spec.K:
+            calls.append("plain")
+            return {"x": None, "status": "infeasible", "bound": None, "extra": {"backend": "highs"}, "notes": [],
+                    "solve_time": 0.0}
+        calls.append("staged")
+        return real(model, x0, options, left, stop, cancel, live, floor)
+
+    def spy(model, x, until, stopped, goal=-np.inf, seed=0):
+        out = real_improve(model, x, until, stopped, goal, seed)
+        searched.append((model, x, out))
+        return out
+
+    monkeypatch.setattr(M, "_highs_run", run)
+    monkeypatch.setattr(M, "improve", spy)
+    g = generate.random_training_graph(40, 3, window=2)
+    cl = one_gpu(int(0.5 * _ke_peak(g)))
+    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=15, threads=2))
+    assert sorted(calls) == ["plain", "staged"] and len(searched) == 1
+    model, x0, (x, seen) = searched[0]
+    assert seen["rounds"] >= 1
+    assert f"{seen['rounds']} rounds, {seen['improved']} improvements" in s.report.message
+    r = simulate(g, cl, s)
+    assert r.valid and s.report.objective <= float(model.cost @ x) / TIME_SCALE * (1 + 1e-9)
+    assert s.report.objective <= float(model.cost @ x0) / TIME_SCALE * (1 + 1e-9)
