@@ -32,6 +32,15 @@ def one_gpu(mem: int) -> Cluster:
     return Cluster((Device("gpu0", "cuda", int(mem)),))
 
 
+def ke_peak(g: Graph) -> int:
+    """Keep-everything's peak on one accelerator: the unit the tests' budgets are fractions of."""
+    from optsched.simulate import simulate
+    from optsched.solvers.baselines import keep_everything
+
+    big = one_gpu(10**12)
+    return simulate(g, big, keep_everything(g, big)).peak["gpu0"]
+
+
 def gpu_host(mem: int, bandwidth: float = 200.0, host_compute: bool = True, issue: float = 0.0) -> Cluster:
     devs = (Device("gpu0", "cuda", int(mem)), Device("host", "cpu", 10**9))
     return Cluster(devs, (Link("gpu0", "host", bandwidth, 0.0, issue), Link("host", "gpu0", bandwidth, 0.0, issue)))

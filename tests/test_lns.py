@@ -6,13 +6,12 @@ import importlib
 import time
 
 import numpy as np
-from milp_graphs import one_gpu
+from milp_graphs import ke_peak, one_gpu
 
 from optsched import generate
 from optsched.schedule import Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, solve
-from optsched.solvers import baselines as B
 from optsched.solvers.lns import improve
 from optsched.solvers.milp import prepare
 from optsched.solvers.milp_model import TIME_SCALE, decisions_from_x, emit, violated_rows
@@ -20,17 +19,10 @@ from optsched.solvers.milp_model import TIME_SCALE, decisions_from_x, emit, viol
 M = importlib.import_module("optsched.solvers.milp")
 
 
-def _ke_peak(g):
-    from optsched.cluster import Cluster, Device
-
-    big = Cluster((Device("gpu0", "cuda", 10**15),))
-    return simulate(g, big, B.keep_everything(g, big)).peak["gpu0"]
-
-
 def _poor_start():
     # chen-greedy recomputes where the budget would let a schedule keep more: a point the search can improve
     g = generate.random_training_graph(8, 3)
-    cl = one_gpu(int(0.9 * _ke_peak(g)))
+    cl = one_gpu(int(0.9 * ke_peak(g)))
     warm = solve(g, cl, "chen-greedy", swap=False)
     assert simulate(g, cl, warm).recomputed > 0
     opts = SolveOptions(time_limit=20, threads=1, swap=False, warm_start=warm)
@@ -83,7 +75,7 @@ def test_a_plain_run_over_early_leaves_its_core_to_the_search(monkeypatch):
     monkeypatch.setattr(M, "_highs_run", run)
     monkeypatch.setattr(M, "improve", spy)
     g = generate.random_training_graph(40, 3, window=2)
-    cl = one_gpu(int(0.5 * _ke_peak(g)))
+    cl = one_gpu(int(0.5 * ke_peak(g)))
     s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=15, threads=2))
     assert sorted(calls) == ["plain", "staged"] and len(searched) == 1
     model, x0, (x, seen) = searched[0]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from milp_graphs import blocks_graph, gpu_host, one_gpu, small_dag, two_gpus
+from milp_graphs import blocks_graph, gpu_host, ke_peak, one_gpu, small_dag, two_gpus
 
 from optsched import generate
 from optsched.cluster import Cluster, Device, Link, single_accelerator
@@ -39,22 +39,13 @@ from optsched.units import format_size
 BASELINES = [getattr(B, n) for n in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, n)]
 
 
-def _peak(g, cl, s):
-    return simulate(g, cl, s).peak
-
-
-def _ke_peak(g):
-    big = one_gpu(10**12)
-    return _peak(g, big, B.keep_everything(g, big))["gpu0"]
-
-
 # ------------------------------------------------------------------ property: valid and no worse than baselines
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nf=st.integers(2, 4), seed=st.integers(0, 10**6), frac=st.floats(0.3, 1.0), host=st.booleans())
 def test_milp_valid_and_no_worse_than_baselines(nf, seed, frac, host):
     g = generate.random_training_graph(nf, seed)
-    lb, ke = memory_lower_bound(g), _ke_peak(g)
+    lb, ke = memory_lower_bound(g), ke_peak(g)
     mem = lb + int(frac * (ke - lb))
     cl = single_accelerator(mem) if host else one_gpu(mem)
     try:
@@ -158,7 +149,7 @@ def test_two_devices_split_beats_one():
 
 def test_highs_and_pulp_cbc_agree():
     g = small_dag(5, 3, ws=True)
-    lb, ke = memory_lower_bound(g), _ke_peak(g)
+    lb, ke = memory_lower_bound(g), ke_peak(g)
     cl = gpu_host(lb + (ke - lb) // 2)
     h = solve(g, cl, "milp", time_limit=30, gap=0.0)
     p = solve(g, cl, "pulp", time_limit=30, gap=0.0)
@@ -193,7 +184,7 @@ def test_infeasible_budget_says_both_numbers():
     msg = str(e.value)
     assert e.value.proven and msg.startswith("no schedule fits: ")
     assert str(lb) in msg and "smallest budget at which a schedule was found" in msg
-    assert str(_ke_peak(g)) in msg or "bytes)" in msg.split("found:")[1]
+    assert str(ke_peak(g)) in msg or "bytes)" in msg.split("found:")[1]
 
 
 def test_no_schedule_within_the_time_limit_is_not_called_infeasible():
@@ -201,7 +192,7 @@ def test_no_schedule_within_the_time_limit_is_not_called_infeasible():
     # proves an optimum: the short run must say "not found in time" and point at --time-limit, not "no schedule fits"
     # (the proof comes from the model without gap stages, started cold with half the time: 9-10 s on one thread)
     g = generate.random_training_graph(40, 3, window=2)
-    cl = one_gpu(int(0.5 * _ke_peak(g)))
+    cl = one_gpu(int(0.5 * ke_peak(g)))
     with pytest.raises(InfeasibleError) as e:
         solve(g, cl, "milp", SolveOptions(swap=False, time_limit=0.05, threads=1))
     assert str(e.value).startswith("no schedule found: ") and "no schedule fits" not in str(e.value)
@@ -227,7 +218,7 @@ def test_the_model_without_gap_stages_is_proven_by_its_gap_even_when_highs_stops
 
     monkeypatch.setattr(M, "_highs_run", run)
     g = generate.random_training_graph(40, 3, window=2)
-    cl = one_gpu(int(0.5 * _ke_peak(g)))
+    cl = one_gpu(int(0.5 * ke_peak(g)))
     s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=40, threads=1))
     assert len(calls) == 1
     plain, cold, out = calls[0]
@@ -255,7 +246,7 @@ def test_with_two_threads_the_models_run_side_by_side_and_the_plain_proof_stops_
 
     monkeypatch.setattr(M, "_highs_run", run)
     g = generate.random_training_graph(40, 3, window=2)
-    cl = one_gpu(int(0.5 * _ke_peak(g)))
+    cl = one_gpu(int(0.5 * ke_peak(g)))
     s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=40, threads=2))
     assert len(calls) == 2
     plain, staged = sorted(calls, key=lambda c: c["model"].spec.T)
@@ -290,7 +281,7 @@ def test_an_operation_that_fits_no_device_is_refused_without_solving():
 
 def test_time_limit_progress_and_warm_start():
     g = generate.random_training_graph(12, 3)
-    ke = _ke_peak(g)
+    ke = ke_peak(g)
     cl = single_accelerator(int(0.6 * ke), gpus=2)
     seen = []
     s = solve(g, cl, "milp", time_limit=3, gap=0.0, progress=seen.append)
@@ -320,7 +311,7 @@ def test_time_limit_progress_and_warm_start():
 
 def test_baseline_warm_start_accepted_and_recompute_off():
     g = generate.random_training_graph(6, 2)
-    cl = one_gpu(_ke_peak(g))
+    cl = one_gpu(ke_peak(g))
     s = solve(g, cl, "milp", time_limit=10, gap=0.0, recompute=False)
     assert "accepted" in s.report.extra["warm_start"]
     assert simulate(g, cl, s).recomputed == 0
@@ -331,7 +322,7 @@ def test_recomputations_fit_within_their_stage_or_get_gap_stages_in_the_whole_st
     # (whole-stage count) they overflow the budget its schedule keeps, one stage each they do not; the
     # within-stage count frees each after its last use and needs no gap stage
     g = generate.random_training_graph(8, 3)
-    cl = one_gpu(int(0.9 * _ke_peak(g)))
+    cl = one_gpu(int(0.9 * ke_peak(g)))
     warm = solve(g, cl, "chen-greedy", swap=False)
     sim = simulate(g, cl, warm)
     assert sim.valid and sim.recomputed > 0
@@ -355,7 +346,7 @@ def test_recomputations_fit_within_their_stage_or_get_gap_stages_in_the_whole_st
 @pytest.mark.parametrize("solver", ["milp", "pulp"])
 def test_coarsened_milp_is_valid_and_reports_only_a_bound_valid_for_the_full_graph(solver):
     g = blocks_graph(4)
-    cl = one_gpu(int(0.9 * _ke_peak(g)))
+    cl = one_gpu(int(0.9 * ke_peak(g)))
     s = solve(g, cl, solver, time_limit=30, swap=False, params={"coarsen": True})
     r = simulate(g, cl, s)
     assert r.valid and r.recomputed > 0 and s.report.objective == pytest.approx(r.makespan)
@@ -382,7 +373,7 @@ def test_a_folded_graph_without_a_schedule_proves_nothing_about_the_full_one(mon
 
     M = importlib.import_module("optsched.solvers.milp")
     g = blocks_graph(4)
-    cl = one_gpu(int(0.9 * _ke_peak(g)))
+    cl = one_gpu(int(0.9 * ke_peak(g)))
     opts = SolveOptions(time_limit=30, swap=False)
 
     def no_schedule(graph, cluster, options):
@@ -410,7 +401,7 @@ def test_a_folded_graph_without_a_schedule_proves_nothing_about_the_full_one(mon
 
 def test_schedule_lower_bound_holds_for_every_solver_and_is_reported():
     g = generate.random_training_graph(10, 1)
-    cl = single_accelerator(int(0.8 * _ke_peak(g)), gpus=2)
+    cl = single_accelerator(int(0.8 * ke_peak(g)), gpus=2)
     from optsched.solvers.bounds import lower_bounds
 
     floor = lower_bounds(make_spec(g, cl))["floor"]
@@ -530,7 +521,7 @@ def test_pulp_run_without_an_integer_solution_keeps_the_warm_start(monkeypatch):
 
 def _interrupt_case():
     g = generate.random_training_graph(12, 3)
-    return g, single_accelerator(int(0.6 * _ke_peak(g)), gpus=2)
+    return g, single_accelerator(int(0.6 * ke_peak(g)), gpus=2)
 
 
 def _interrupting(action):
@@ -565,7 +556,7 @@ def test_ctrl_c_returns_best_schedule_so_far(how):
 
 def test_time_limit_bounds_the_whole_call():
     g = generate.random_training_graph(40, 5)
-    cl = single_accelerator(int(0.5 * _ke_peak(g)))
+    cl = single_accelerator(int(0.5 * ke_peak(g)))
     t = time.perf_counter()
     s = solve(g, cl, "milp", time_limit=4, gap=0.0, threads=1)
     assert time.perf_counter() - t < 4 + 3.0
@@ -574,7 +565,7 @@ def test_time_limit_bounds_the_whole_call():
 
 def test_heuristic_swap_schedule_is_a_warm_start_and_never_beaten():
     g = generate.random_training_graph(30, 2)
-    cl = single_accelerator(int(0.7 * _ke_peak(g)))
+    cl = single_accelerator(int(0.7 * ke_peak(g)))
     h = solve(g, cl, "heuristic")
     assert any(type(x) is Copy for x in h.instructions)
     s = solve(g, cl, "milp", time_limit=5, threads=1)

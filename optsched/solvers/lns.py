@@ -12,7 +12,6 @@ point is a point of the model, so the model's bound holds for it.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import numpy as np
 
@@ -37,22 +36,24 @@ def improve(model: MilpArrays, x: np.ndarray, until: float, stopped, goal: float
     rng = np.random.default_rng(seed)
     best = np.where(model.integ == 1, np.round(x), x)
     obj = float(model.cost @ best)
+    h = highs_model(model)
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+
+    def poll(e):
+        if stopped():
+            e.interrupt()
+
+    h.cbMipInterrupt.subscribe(poll)
+    cols = np.arange(model.ncol, dtype=np.int32)
     rounds = improved = 0
     while not stopped() and obj > goal and until - time.perf_counter() > 0.5:
         free = np.zeros(n + 1, dtype=bool)
         free[rng.choice(n, size, replace=False)] = True
         keep = ~free[np.where(node >= 0, node, n)] & (node >= 0)
-        h = highs_model(replace(model, lb=np.where(keep, best, model.lb), ub=np.where(keep, best, model.ub)))
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
+        h.changeColsBounds(model.ncol, cols, np.where(keep, best, model.lb), np.where(keep, best, model.ub))
         h.setOptionValue("time_limit", float(min(_STEP, until - time.perf_counter())))
-
-        def poll(e):
-            if stopped():
-                e.interrupt()
-
-        h.cbMipInterrupt.subscribe(poll)
-        h.setSolution(int(best.size), np.arange(best.size, dtype=np.int32), best)
+        h.setSolution(int(best.size), cols, best)
         run_highs(h)
         rounds += 1
         if h.getInfo().primal_solution_status >= 1:

@@ -688,7 +688,7 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     live: tuple = ({}, {})
     out: list = [None, None, None]
     finished = threading.Event()        # the staged run is over
-    goal = floor * TIME_SCALE / (1 - options.gap) if options.gap < 1 else math.inf
+    goal = _goal(floor, options.gap)
 
     def go(i, m, x, opts):
         # a run that settles stops the other unless the other holds a faster schedule (different orders)
@@ -754,6 +754,11 @@ def _set_options(h, options: SolveOptions, warm: bool = False) -> None:
             raise OptschedError(f"HiGHS refused option {k}={v!r} (params['highs']); see HiGHS's option list")
 
 
+def _goal(floor: float, gap: float) -> float:
+    """Model units: an incumbent at or below it is within `gap` of `floor` (seconds, a bound on every schedule)."""
+    return floor * TIME_SCALE / (1 - gap) if gap < 1 else math.inf
+
+
 def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: threading.Event,
                cancel: threading.Event | None = None, live: dict | None = None, floor: float = 0.0) -> dict:
     """HiGHS on `model` from `x0` for at most `left` seconds, in a worker thread stopped by Ctrl-C (`stop`), or
@@ -795,8 +800,7 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         if stopped():
             e.interrupt()
 
-    # an incumbent at or below `goal` (model units) is within the gap of the floor
-    goal = floor * TIME_SCALE / (1 - options.gap) if options.gap < 1 else math.inf
+    goal = _goal(floor, options.gap)
     by_floor = threading.Event()
 
     def poll_mip(e):
