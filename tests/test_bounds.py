@@ -19,7 +19,7 @@ from optsched.graph import Graph, Node, check_graph, largest_operation
 from optsched.schedule import Compute, Free, Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, bounds, solve
-from optsched.solvers.bounds import least_budget, lower_bounds
+from optsched.solvers.bounds import least_budget, lower_bounds, moment_plans
 from optsched.solvers.milp_model import make_spec
 
 
@@ -95,6 +95,17 @@ def test_the_recompute_bound_is_tight_where_the_budget_forces_a_recomputation():
     # with room for everything, nothing is forced and the bound is the work
     assert lower_bounds(make_spec(g, one_gpu(550), swap=False))["floor"] == pytest.approx(6.0)
     assert exhaustive(g, 550)[0] == pytest.approx(6.0)
+
+
+def test_the_moment_plan_recomputes_what_the_budget_forces_and_proves_the_bound():
+    # at 350 bytes the plan at the loss (or its gradient) recomputes a, the 1 s it forces; with room for
+    # everything nothing is forced and there is no plan
+    g = forced_recompute_graph()
+    plans, bound = moment_plans(make_spec(g, one_gpu(350), swap=False))
+    assert bound == pytest.approx(7.0)
+    assert plans and all(g.arrays.ids[x] in ("l", "gb") for x, _ in plans)
+    assert all([g.arrays.ids[v] for v in drop] == ["a"] for _, drop in plans)
+    assert moment_plans(make_spec(g, one_gpu(550), swap=False)) == ([], pytest.approx(6.0))
 
 
 def coupled_graph() -> Graph:
@@ -235,6 +246,7 @@ def test_the_bounds_never_exceed_the_exhaustive_optimum(g, frac):
     b = lower_bounds(make_spec(g, one_gpu(budget), swap=False))
     assert b["recompute"] is not None
     assert b["floor"] <= best * (1 + 1e-9) + 1e-12
+    assert moment_plans(make_spec(g, one_gpu(budget), swap=False))[1] <= best * (1 + 1e-9) + 1e-12
     event("recomputation forced" if b["recompute"] > b["work"] * (1 + 1e-9) else "none forced")
 
 

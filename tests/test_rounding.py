@@ -120,9 +120,9 @@ def test_resolving_at_a_smaller_budget_matches_a_fresh_lp(seed):
                 fresh.h.getInfo().objective_function_value, rel=1e-6)
 
 
-@pytest.mark.parametrize("seed, share", [(0, 0.25), (2, 0.75)])
+@pytest.mark.parametrize("seed, share", [(0, 0.35), (2, 0.75)])
 def test_rounding_gets_three_quarters_of_the_time_limit_when_no_other_candidate_fits(monkeypatch, seed, share):
-    # seed 0 at 50%: articulation fits, the rounding gets a quarter; seed 2: nothing else fits, it gets three
+    # seed 0 at 50%: articulation fits, the rounding gets 35%; seed 2: nothing else fits, it gets three
     # quarters (its LP is then the slow part of the solve, and the MILP rarely betters the rounding)
     from optsched.solvers import rounding
     from optsched.solvers.milp import _candidates
@@ -139,7 +139,7 @@ def test_rounding_gets_three_quarters_of_the_time_limit_when_no_other_candidate_
     cl = one_gpu(int(0.5 * _ke(g).peak["gpu0"]))
     found = _candidates(g, cl, SolveOptions(swap=False, time_limit=10, threads=1))
     others = [r.valid for name, _, r in found if name != "lp-rounding"]
-    assert any(others) == (share == 0.25)
+    assert any(others) == (share < 0.75)
     assert given == [pytest.approx(10 * share)]
 
 
@@ -169,10 +169,11 @@ def test_a_value_is_recomputed_only_where_its_stage_reads_it(n, seed, density):
         done.update(comp)
 
 
+@pytest.mark.parametrize("tries", [1, 12])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_repair_makes_an_overflowing_keep_set_fit(seed):
+def test_repair_makes_an_overflowing_keep_set_fit(seed, tries):
     # keeping everything the stages allow overflows a budget of 60% of keep-everything's peak; the repair drops
-    # values until the rounding fits, and the simulator accepts the result
+    # values until the rounding fits (the best of `tries` each time), and the simulator accepts the result
     from optsched.solvers.rounding import repair
 
     g = random_training_graph(30, seed, window=2)
@@ -181,10 +182,26 @@ def test_repair_makes_an_overflowing_keep_set_fit(seed):
     keep = np.ones((spec.T + 1, spec.n), dtype=bool)
     ins, _ = round_keep(g, spec, keep, "gpu0")
     assert not simulate(g, cl, Schedule(tuple(ins))).valid
-    fixed = repair(g, cl, spec, keep, "gpu0", deadline=float("inf"))
+    fixed = repair(g, cl, spec, keep, "gpu0", deadline=float("inf"), tries=tries)
     assert fixed is not None
     sched, r, repaired = fixed
     assert repaired
     assert r.valid and r.recomputed > 0
     assert simulate(g, cl, sched).makespan == pytest.approx(r.makespan)
     assert r.peak["gpu0"] <= cl.devices[0].memory
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_the_lower_bounds_plan_seeds_a_faster_schedule_than_the_lp_roundings(seed):
+    # 40 layers at 55%: what the recompute bound's programme drops at its tightest moment, repaired in the
+    # simulator, beats every rounding of the LP (seed 4: 1.086x keep-everything's time against 1.098x); the result
+    # is valid, no slower than without the seeds, and says where it came from
+    g = random_training_graph(40, seed, window=2)
+    cl = one_gpu(int(0.55 * _ke(g).peak["gpu0"]))
+    opts = SolveOptions(swap=False, time_limit=30, threads=1)
+    seeded = solve(g, cl, "lp-rounding", opts)
+    plain = solve(g, cl, "lp-rounding", opts, params={"seeds": 0})
+    r = simulate(g, cl, seeded)
+    assert r.valid and seeded.report.objective == pytest.approx(r.makespan)
+    assert seeded.report.extra["seed"].startswith("bound at ") and plain.report.extra["seed"] == "lp"
+    assert r.makespan < simulate(g, cl, plain).makespan * (1 - 1e-3)

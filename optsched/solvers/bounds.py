@@ -128,6 +128,49 @@ def least_budget(spec: ModelSpec, seconds: float = _SECONDS, if_over: bool = Fal
     return lo + 1
 
 
+def moment_plans(spec: ModelSpec, count: int = _INTEGER,
+                 seconds: float = _SECONDS) -> tuple[list[tuple[int, np.ndarray]], float]:
+    """([(x, the operations to compute again after x's first computation)], seconds every schedule needs): the
+    points of the recompute bound's integer programme at the `count` candidate moments whose LP values are
+    largest, most first, and the bound they prove (the work plus the largest dual bound). What the cheapest
+    relaxed schedule drops at its tightest moment: a seed for a real schedule (`rounding.lp_rounding` repairs it
+    in the simulator), which then starts close to the bound. ([], 0) where the recompute bound does not apply."""
+    needed = _needed(spec)
+    d = _sole_device(spec, needed)
+    if d is None:
+        return [], 0.0
+    t0 = time.perf_counter()
+    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
+    lp, anc = _ranked(spec, d, needed, dst, seconds)
+    out, extra = [], 0.0
+    for k, (val, x, problem) in enumerate(lp[:count]):
+        if not 0 < val < np.inf:
+            continue
+        left = seconds - (time.perf_counter() - t0)
+        bound, z = _solve(problem, True, max(left, 0.01) / (min(count, len(lp)) - k), point=True)
+        extra = max(extra, bound)
+        if z is not None:
+            a = np.flatnonzero(anc[x])
+            out.append((x, a[z[a.size:] > 0.5]))
+    return out, (float(np.nan_to_num(spec.ccost[d, needed]).sum()) + extra) / TIME_SCALE
+
+
+def _ranked(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, seconds: float) -> tuple[list, dict]:
+    """([(LP value, x, `_at`'s programme)] over the candidate moments, largest first; {x: x's ancestors}), the
+    candidates taken in turn for about half of `seconds`."""
+    t0 = time.perf_counter()
+    lp, anc = [], {}
+    for x in _candidates(spec, needed, dst).tolist():
+        if time.perf_counter() - t0 > seconds / 2:
+            break
+        anc[x] = _reach(spec.in_ptr, spec.in_idx, x, spec.n)
+        problem = _at(spec, d, x, needed, dst, anc[x])
+        if problem is not None:
+            lp.append((_solve(problem, False, seconds), x, problem))
+    lp.sort(key=lambda z: -z[0])
+    return lp, anc
+
+
 def _needed(spec: ModelSpec) -> np.ndarray:
     """Operations some required result depends on (or required themselves)."""
     need = spec.required.copy()
@@ -189,15 +232,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float,
     `reach`: the coupled bound is skipped when a single moment gets there (model time)."""
     t0 = time.perf_counter()
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
-    lp, anc = [], {}
-    for x in _candidates(spec, needed, dst).tolist():
-        if time.perf_counter() - t0 > seconds / 2:
-            break
-        anc[x] = _reach(spec.in_ptr, spec.in_idx, x, spec.n)
-        problem = _at(spec, d, x, needed, dst, anc[x])
-        if problem is not None:
-            lp.append((_solve(problem, False, seconds), x, problem))
-    lp.sort(key=lambda z: -z[0])
+    lp, anc = _ranked(spec, d, needed, dst, seconds)
     single = {}                         # x -> what every schedule recomputes after x's first computation
     for k, (val, x, problem) in enumerate(lp):
         if k < _INTEGER and time.perf_counter() - t0 < seconds:
@@ -365,9 +400,10 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
     return cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]
 
 
-def _solve(problem, integer: bool, seconds: float) -> float:
+def _solve(problem, integer: bool, seconds: float, point: bool = False):
     """The LP optimum, or the integer programme's dual bound after at most `seconds`; infinite when the programme
-    has no point (no schedule fits), 0 when nothing else came of it."""
+    has no point (no schedule fits), 0 when nothing else came of it. `point`: (that value, the best point found or
+    None)."""
     import highspy
 
     from .milp import run_highs  # releases HiGHS's thread pool for the solves after this one
@@ -382,10 +418,14 @@ def _solve(problem, integer: bool, seconds: float) -> float:
                 np.full(ncol, 1 if integer else 0, dtype=np.int32))
     run_highs(h)
     st = h.getModelStatus()
-    if st == highspy.HighsModelStatus.kInfeasible:
-        return np.inf       # no point of the relaxation, so no schedule (each would give one)
     info = h.getInfo()
-    if integer:
-        b = info.mip_dual_bound
-        return float(b) if abs(b) < 1e30 else 0.0
-    return float(info.objective_function_value) if st == highspy.HighsModelStatus.kOptimal else 0.0
+    if st == highspy.HighsModelStatus.kInfeasible:
+        value = np.inf      # no point of the relaxation, so no schedule (each would give one)
+    elif integer:
+        value = float(info.mip_dual_bound) if abs(info.mip_dual_bound) < 1e30 else 0.0
+    else:
+        value = float(info.objective_function_value) if st == highspy.HighsModelStatus.kOptimal else 0.0
+    if not point:
+        return value
+    found = info.primal_solution_status >= 1 and np.isfinite(value)
+    return value, (np.asarray(h.getSolution().col_value) if found else None)

@@ -93,9 +93,9 @@ Reductions and what they cost:
   which nothing fits (`bounds.least_budget`) as the memory lower bound.
 
 Warm start: every candidate (the baselines, the heuristic, m-ETF on several
-accelerators, the rounding of this model's LP relaxation (`rounding.py`,
-given at most a quarter of the time limit, three quarters when nothing else
-fits), or only `options.warm_start` when given) is staged over its own
+accelerators, the rounding of this model's LP relaxation and of the lower
+bound's plans (`rounding.py`, given at most 35% of the time limit, three
+quarters when nothing else fits), or only `options.warm_start` when given) is staged over its own
 first-computation order (`milp_model.decisions_from_schedule`: copies, several
 devices, recomputations; the window K widens up to 8 when cross-device copies
 delay first computations), checked against the model's whole-stage memory
@@ -190,14 +190,16 @@ def _candidates(graph, cluster, options):
     if options.recompute and options.warm_start is None and options.params.get("warm", True):
         best = min((r.makespan for _, _, r in out if r.valid), default=np.inf)
         if best > (1 + _ROOM) * _one_device_time(graph, cluster, options):
-            share = _CANDIDATE_SHARE if np.isfinite(best) else _ALONE_SHARE
+            share = _ROUNDING_SHARE if np.isfinite(best) else _ALONE_SHARE
             s = _candidate(graph, cluster, options, rounding.lp_rounding, share)
             if s is not None:
                 out.append(("lp-rounding", s, simulate(graph, cluster, s)))
     return out
 
 
-_CANDIDATE_SHARE = 0.25   # of the time limit, at most, for one candidate (only lp-rounding runs that long)
+_CANDIDATE_SHARE = 0.25   # of the time limit, at most, for one candidate
+_ROUNDING_SHARE = 0.35    # for lp-rounding, whose keep-sets seeded by the lower bound need a few seconds after its LP
+                          # (gpt2, 3 layers, at 40-50%: 7-9 s), and at tight budgets B&B rarely betters them
 _ALONE_SHARE = 0.75       # for lp-rounding when no other candidate fits: a cold MILP whose LP is that slow rarely
                           # finds a schedule in the rest (gpt2-3 at 30%: 4.2x cold, 1.31x rounded), and its LP alone
                           # takes 18-35 s on 2 cores, so half of 60 s lost the rounding in 1 of 4 solves; at 25-40%
@@ -725,8 +727,9 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     staged = out[1]
     if out[2] is not None:
         x, seen = out[2]
-        notes.append(f"a search around the warm start on the freed core: {seen['rounds']} rounds, "
-                     f"{seen['improved']} improvements")
+        if seen["rounds"]:      # none when the plain run ended with the staged one
+            notes.append(f"a search around the warm start on the freed core: {seen['rounds']} rounds, "
+                         f"{seen['improved']} improvements")
         if staged["x"] is None or float(model.cost @ x) < float(model.cost @ staged["x"]) * (1 - 1e-9):
             staged = {**staged, "x": x}
     return out[0], staged, time.perf_counter() - t0, notes

@@ -14,12 +14,21 @@ At tight budgets the baselines and the list-scheduling heuristic recompute far t
 keep-everything memory: 3.1x) or find nothing; this gives the MILP a good incumbent there, and a schedule
 in seconds to a user who does not want to wait for the MILP.
 
+Where the LP's roundings are not within 1% of the recompute lower bound, keep-sets seeded by that bound follow
+(`_seeded`): keep everything, but drop at moment x what the bound's integer programme at x recomputes
+(`bounds.moment_plans`), and repair by trial (`repair` with `tries`: each drop tried in the simulator, the
+fastest kept). They start at the bound's own plan, which overflows only a little where the bound is near the
+optimum: GPT-2 at 50% of its keep-everything memory, 1.145x its time against 1.167x for the LP's best rounding
+(the bound: 1.138x); the 3-layer GPT-2 at 40-50%, 1.190x and 1.112x against 1.198x and 1.130x; BERT at 50%,
+1.2097x, the bound itself.
+
 The fastest roundings then keep, where the real budget allows, what they would recompute (`polish.py`), and the
 fastest polished one is returned: a rounding of the LP at a reduced budget, or a repaired one, leaves room
 under the real budget.
 
 `options.params`: thresholds (sequence of theta), budget_scales (sequence of LP budget factors), polish (bool,
-default true).
+default true), seeds (how many of the bound's moments seed keep-sets, default 2; 0: none). The report's
+`extra["seed"]` says where the returned schedule came from ("lp", or "bound at NODE").
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from ..cluster import Cluster
 from ..graph import Graph
 from ..schedule import Compute, Free, Schedule, SolveReport
 from ..simulate import SimResult, simulate
+from .bounds import moment_plans
 from .milp_model import ModelSpec, build_model, column_values, last_uses, make_spec
 from .nofit import not_found
 from .options import SolveOptions
@@ -43,6 +53,13 @@ from .sequential import pick_device
 THRESHOLDS = (0.99, 0.9, 0.7, 0.5, 0.3, 0.1, 0.01)
 BUDGET_SCALES = (1.0, 0.9, 0.8, 0.7, 0.6)
 _POLISHED = 3   # the fastest roundings polished; the best polished one is returned
+_SEEDS = 2      # keep-sets seeded by the lower bound's plans at its tightest moments (`_seeded`)
+_SEED_SHARE = 0.45  # of the time limit kept from the LP's roundings for them (unless the LP takes it)
+# drops tried at each overflow when repairing a seeded keep-set. More are not better (each step takes the fastest
+# drop, greedily): gpt2 at 50%, 1.145x keep-everything's time with 12, 1.165x with 32
+_TRIES = 12
+_PLAN_SECONDS = 2.0
+_ROOM = 0.01    # no seeded keep-sets for a rounding within 1% of their bound
 
 
 class _Relaxation:
@@ -104,15 +121,17 @@ def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str,
     hold = (spec.once | spec.required)[None, :] & (t_ > spec.pos[None, :]) & (t_ <= spec.s_hi[None, :])
     keep = (keep | hold) & (t_ >= spec.s_lo[None, :]) & (t_ <= spec.s_hi[None, :])
     present: set[int] = set()
+    held = np.zeros(n, dtype=bool)      # `present` as an array
     out, starts = [], np.empty(T, dtype=np.int64)
+    rows = keep.tolist()        # indexing Python lists, not arrays, in the loops below: 3x faster
     for t in range(T):
         starts[t] = len(out)
         v = int(spec.order[t])
-        nxt = keep[t + 1]
+        nxt = rows[t + 1]
         comp: set[int] = set()
         stack = list(ins[v])
         if not lazy:
-            stack += [u for u in np.flatnonzero(nxt).tolist() if u not in present and spec.pos[u] < t]
+            stack += [u for u in np.flatnonzero(keep[t + 1]).tolist() if u not in present and spec.pos[u] < t]
         while stack:
             u = stack.pop()
             if u in present or u in comp:
@@ -123,9 +142,8 @@ def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str,
             stack.extend(w for w in ins[u] if w not in present and w not in comp)
         seq = sorted(comp, key=rank.__getitem__) + [v]
         last = last_uses(spec, seq)
-        for u in sorted(present - last.keys()):
-            if not nxt[u]:
-                out.append(Free(ids[u], device))
+        gone = np.flatnonzero(held & ~keep[t + 1]).tolist()
+        out.extend(Free(ids[u], device) for u in gone if u not in last)
         frees: list[list[int]] = [[] for _ in seq]
         for u, i in last.items():
             if not nxt[u]:
@@ -133,50 +151,93 @@ def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str,
         for k, fr in zip(seq, frees, strict=True):
             out.append(Compute(ids[k], device))
             out.extend(Free(ids[u], device) for u in fr)
-        present = {u for u in present | set(seq) if nxt[u]}
+        present.difference_update(gone)
+        present.update(u for u in seq if nxt[u])
+        held[gone] = False
+        held[[u for u in seq if nxt[u]]] = True
     return out, starts
 
 
 def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, device: str,
-           deadline: float, lazy: bool = True) -> tuple[Schedule, SimResult, bool] | None:
+           deadline: float, lazy: bool = True, tries: int = 1) -> tuple[Schedule, SimResult, bool] | None:
     """The rounding of a keep-set, its simulation, and whether it had to be repaired to fit the budget: at the
-    first instruction over the budget, the resident value that frees the most bytes per unit of recomputation
-    (and is not read in that stage) is dropped from its last read before that stage to its next read, where it
-    is then recomputed; until the rounding fits. The rounding as it is is always tried; None if it cannot be
-    made, if it fails for another reason than memory, if nothing kept can be dropped at the overflow, or at the
-    deadline. Near the smallest budget every rounding of the LP overflows (gpt2, 3 layers, at 25% of its
-    keep-everything memory: by 1.4-2.9x) and the LP is infeasible at any smaller budget: this is what finds a
-    schedule there."""
-    a = graph.arrays
+    first instruction over the budget, a resident value not read in that stage is dropped from its last read
+    before that stage up to its next read: the one that frees the most bytes per unit of recomputation; until
+    the rounding fits. With `tries` > 1, of the `tries` such values of most bytes per unit, the one whose rounding
+    is fastest among those that move the overflow later or make it smaller (each tried in the simulator; the
+    next `tries` when none of them does; blind drops from the start when none at all), and a
+    lazy rounding drops it only up to the overflow's stage: recomputed where next read, it is then kept (a blind
+    drop keeps it away to that read, which fits more often: gpt2 at 35% of its keep-everything memory, 1.33x
+    against 1.37x; a tried one shows what keeping it costs). The rounding as it is is always tried;
+    None if it cannot be made, if it fails for another reason than memory, if nothing kept can be dropped at the
+    overflow, or at the deadline. Near the smallest budget every rounding of the LP overflows (gpt2, 3 layers,
+    at 25% of its keep-everything memory: by 1.4-2.9x) and the LP is infeasible at any smaller budget: this is
+    what finds a schedule there."""
     gain = spec.nbytes / np.maximum(np.nan_to_num(spec.ccost[0]), 1e-12)     # bytes per unit of recomputation
     movable = ~(spec.once | spec.required)
-    read_at = [np.sort(spec.pos[a.outputs_of(u)]) for u in range(spec.n)]
-    keep, dropped = keep.copy(), False
-    while time.perf_counter() < deadline or not dropped:
-        rounded = round_keep(graph, spec, keep, device, lazy)
+    read_at = _reads(graph, spec)
+
+    def attempt(k: np.ndarray):
+        rounded = round_keep(graph, spec, k, device, lazy)
         if rounded is None:
             return None
         ins, starts = rounded
         sched = Schedule(tuple(ins), graph=graph.name)
-        r = simulate(graph, cluster, sched)
+        return sched, simulate(graph, cluster, sched), starts
+
+    start, cur, dropped = keep, attempt(keep), False
+    while cur is not None:
+        sched, r, starts = cur
         if r.valid:
             return sched, r, dropped
-        if r.violation.code != "over-budget":
+        if r.violation.code != "over-budget" or (dropped and time.perf_counter() > deadline):
             return None
         t = int(np.searchsorted(starts, r.violation.index, side="right")) - 1
-        best, drop = 0.0, None
         resident = keep[t] & movable & (spec.pos < t) & (spec.s_lo <= t) & (t <= spec.s_hi)
+        opts = []
         for u in np.flatnonzero(resident).tolist():
             later = read_at[u][read_at[u] >= t]
-            if later.size and later[0] > t and gain[u] > best:
-                best, drop = gain[u], (u, int(later[0]))
-        if drop is None:
+            if later.size and later[0] > t:
+                opts.append((-gain[u], u, int(later[0])))
+        opts.sort()
+        at = (t, r.violation.index, -r.violation.over)
+        best = None
+        for i, (_, u, nxt) in enumerate(opts if tries > 1 else opts[:1]):
+            if best is not None and i % tries == 0:
+                break                   # the next batch only when none of this one helped
+            k = drop_until(keep, read_at[u], u, t, t if lazy and tries > 1 else nxt, spec)
+            c = attempt(k)
+            if c is None:
+                continue
+            if tries > 1 and not c[1].valid:
+                if c[1].violation.code != "over-budget":
+                    continue
+                ct = int(np.searchsorted(c[2], c[1].violation.index, side="right")) - 1
+                if (ct, c[1].violation.index, -c[1].violation.over) <= at:
+                    continue
+            if best is None or c[1].makespan < best[1][1].makespan:
+                best = (k, c)
+        if best is None and tries > 1:      # no tried drop helps: blind ones from the start
+            return repair(graph, cluster, spec, start, device, deadline, lazy)
+        if best is None:
             return None
-        u, nxt = drop
-        before = read_at[u][read_at[u] < t]
-        keep[(int(before[-1]) if before.size else int(spec.pos[u])) + 1:nxt + 1, u] = False
+        keep, cur = best
         dropped = True
     return None
+
+
+def _reads(graph: Graph, spec: ModelSpec) -> list[np.ndarray]:
+    """The stages that read each value, sorted."""
+    a = graph.arrays
+    return [np.sort(spec.pos[a.outputs_of(u)]) for u in range(spec.n)]
+
+
+def drop_until(keep: np.ndarray, reads: np.ndarray, u: int, t: int, until: int, spec: ModelSpec) -> np.ndarray:
+    """The keep-set with u not kept from its last read before stage t (or its computation) up to stage `until`."""
+    before = reads[reads < t]
+    k = keep.copy()
+    k[(int(before[-1]) if before.size else int(spec.pos[u])) + 1:until + 1, u] = False
+    return k
 
 
 def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
@@ -187,6 +248,8 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     thresholds = tuple(p.get("thresholds", THRESHOLDS))
     found, tried = [], 0
     spec = make_spec(graph, Cluster((dev,)), swap=False, instage=False)     # one spec for every scale
+    seeds = int(p.get("seeds", _SEEDS))
+    lp_deadline = deadline - (_SEED_SHARE * options.time_limit if seeds else 0.0)
     lp = _Relaxation(spec, options.threads)
     infeasible_at = 0.0
     for scale in p.get("budget_scales", BUDGET_SCALES):
@@ -200,6 +263,8 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
             infeasible_at = scale
         if S is None:
             continue
+        # a slow LP leaves no time to the seeds: its roundings then take it all (gpt2, 3 layers, at 25-30%)
+        until = lp_deadline if time.perf_counter() < lp_deadline else deadline
         keeps = {}
         for theta, lazy in itertools.product(thresholds, (True, False)):
             keep = S >= theta - 1e-9
@@ -207,12 +272,22 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
         # repaired overflows often beat the roundings that fit (bert at 40%: 1.58x keep-everything against 1.62x)
         for k, (theta, keep, lazy) in enumerate(keeps.values()):
             tried += 1
-            share = (deadline - time.perf_counter()) / (len(keeps) - k + 1)
+            share = (until - time.perf_counter()) / (len(keeps) - k + 1)
             fixed = repair(graph, cluster, spec, keep, dev.name, time.perf_counter() + share, lazy)
             if fixed is not None:
-                found.append((*fixed, scale, theta, lazy))
+                found.append((*fixed, scale, theta, lazy, "lp"))
         if found:
             break
+    # on a tie the rounding that recomputes a stage early: it is the LP's own staging, so it fits the MILP's stage
+    # model without gap stages more often (transformer at 60%: 8 gap stages lazily, none so; optimal in 21 s, not
+    # 1.6% gap in 60 s); then the rounding that fits as it is
+    found.sort(key=lambda f: (f[1].makespan, f[5], f[2]))
+    polish = p.get("polish", True)
+    found = found[:_POLISHED if polish else 1]
+    if seeds:
+        found += _seeded(graph, cluster, spec, dev.name, seeds, deadline,
+                         found[0][1].makespan if found else np.inf)
+    tried += sum(f[6] != "lp" for f in found)
     if not found and lp.timed_out and not tried:
         raise not_found(graph, cluster, f"lp-rounding: its LP relaxation ({lp.model.ncol} columns, "
                         f"{lp.model.nrow} rows) did not finish within the time limit of {options.time_limit:g} s",
@@ -220,19 +295,38 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     if not found:
         raise not_found(graph, cluster, f"lp-rounding: none of {tried} roundings fits the budget of {dev.name}, "
                         "nor could they be repaired", hint="use the MILP, allow swapping, or raise the budget")
-    # on a tie the rounding that recomputes a stage early: it is the LP's own staging, so it fits the MILP's stage
-    # model without gap stages more often (transformer at 60%: 8 gap stages lazily, none so; optimal in 21 s, not
-    # 1.6% gap in 60 s); then the rounding that fits as it is
-    found.sort(key=lambda f: (f[1].makespan, f[5], f[2]))
-    polish = p.get("polish", True)
     # polishing reorders them (bert at 40%: 3.08x as rounded, 1.63x polished; 2.21x repaired, 1.58x polished)
     done = []
-    for sched, r0, repaired, scale, theta, lazy in found[:_POLISHED if polish else 1]:
+    for sched, r0, repaired, scale, theta, lazy, seed in found:
         sched, r = keep_instead_of_recompute(graph, cluster, sched, deadline=deadline) if polish else (sched, r0)
-        done.append((sched, r, scale, theta, repaired, lazy, r0.recomputed))
-    sched, r, scale, theta, repaired, _, rounded = min(done, key=lambda f: (f[1].makespan, f[5]))
+        done.append((sched, r, scale, theta, repaired, lazy, r0.recomputed, seed))
+    sched, r, scale, theta, repaired, _, rounded, seed = min(done, key=lambda f: (f[1].makespan, f[5]))
     return Schedule(sched.instructions, SolveReport(
         "lp-rounding", "heuristic", objective=r.makespan, solve_time=time.perf_counter() - t0,
-        extra={"peak": r.peak, "recomputed": r.recomputed, "recomputed_as_rounded": rounded,
+        extra={"peak": r.peak, "recomputed": r.recomputed, "recomputed_as_rounded": rounded, "seed": seed,
                "lp_budget_scale": scale, "threshold": theta, "repaired": repaired}),
         graph=graph.name)
+
+
+def _seeded(graph: Graph, cluster: Cluster, spec: ModelSpec, device: str, count: int, deadline: float,
+            best: float) -> list:
+    """Keep-sets from the lower bound's own plans (`bounds.moment_plans`): everything kept, but what the plan at
+    moment x computes again dropped there; repaired by trial (`repair`, `_TRIES`); entries as `lp_rounding`'s
+    `found`. None when `best` (seconds, the fastest rounding so far) is within _ROOM of the plans' bound."""
+    t_ = np.arange(spec.T + 1)[:, None]
+    everything = (t_ >= spec.s_lo[None, :]) & (t_ <= spec.s_hi[None, :])
+    reads = _reads(graph, spec)
+    plans, bound = moment_plans(spec, count, min(_PLAN_SECONDS, (deadline - time.perf_counter()) / 3))
+    if best <= bound / (1 - _ROOM):
+        return []
+    out = []
+    for k, (x, drop) in enumerate(plans):
+        at = int(spec.pos[x])
+        keep = everything
+        for u in drop.tolist():
+            keep = drop_until(keep, reads[u], u, at, at, spec)
+        share = (deadline - time.perf_counter()) / (len(plans) - k)
+        fixed = repair(graph, cluster, spec, keep, device, time.perf_counter() + share, True, _TRIES)
+        if fixed is not None:
+            out.append((*fixed, 1.0, None, True, f"bound at {graph.arrays.ids[x]}"))
+    return out
