@@ -58,7 +58,7 @@ _SEED_SHARE = 0.45  # of the time limit kept from the LP's roundings for them (u
 # drops tried at each overflow when repairing a seeded keep-set. More are not better (each step takes the fastest
 # drop, greedily): gpt2 at 50%, 1.145x keep-everything's time with 12, 1.165x with 32
 _TRIES = 12
-_PLAN_SECONDS = 2.0
+_PLAN_SECONDS = 2.0     # at most, for the bound's plans (their LPs and integer programmes)
 _ROOM = 0.01    # no seeded keep-sets for a rounding within 1% of their bound
 
 
@@ -205,7 +205,7 @@ def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, de
         for i, (_, u, nxt) in enumerate(opts if tries > 1 else opts[:1]):
             if best is not None and i % tries == 0:
                 break                   # the next batch only when none of this one helped
-            k = drop_until(keep, read_at[u], u, t, t if lazy and tries > 1 else nxt, spec)
+            k = _drop_until(keep, read_at[u], u, t, t if lazy and tries > 1 else nxt, spec)
             c = attempt(k)
             if c is None:
                 continue
@@ -232,7 +232,7 @@ def _reads(graph: Graph, spec: ModelSpec) -> list[np.ndarray]:
     return [np.sort(spec.pos[a.outputs_of(u)]) for u in range(spec.n)]
 
 
-def drop_until(keep: np.ndarray, reads: np.ndarray, u: int, t: int, until: int, spec: ModelSpec) -> np.ndarray:
+def _drop_until(keep: np.ndarray, reads: np.ndarray, u: int, t: int, until: int, spec: ModelSpec) -> np.ndarray:
     """The keep-set with u not kept from its last read before stage t (or its computation) up to stage `until`."""
     before = reads[reads < t]
     k = keep.copy()
@@ -285,9 +285,9 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     polish = p.get("polish", True)
     found = found[:_POLISHED if polish else 1]
     if seeds:
-        found += _seeded(graph, cluster, spec, dev.name, seeds, deadline,
-                         found[0][1].makespan if found else np.inf)
-    tried += sum(f[6] != "lp" for f in found)
+        seeded, n = _seeded(graph, cluster, spec, dev.name, seeds, deadline, found[0][1].makespan if found else np.inf)
+        found += seeded
+        tried += n
     if not found and lp.timed_out and not tried:
         raise not_found(graph, cluster, f"lp-rounding: its LP relaxation ({lp.model.ncol} columns, "
                         f"{lp.model.nrow} rows) did not finish within the time limit of {options.time_limit:g} s",
@@ -309,24 +309,27 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
 
 
 def _seeded(graph: Graph, cluster: Cluster, spec: ModelSpec, device: str, count: int, deadline: float,
-            best: float) -> list:
+            best: float) -> tuple[list, int]:
     """Keep-sets from the lower bound's own plans (`bounds.moment_plans`): everything kept, but what the plan at
     moment x computes again dropped there; repaired by trial (`repair`, `_TRIES`); entries as `lp_rounding`'s
-    `found`. None when `best` (seconds, the fastest rounding so far) is within _ROOM of the plans' bound."""
+    `found`, and how many were tried. Nothing when `best` (seconds, the fastest rounding so far) is within _ROOM of
+    the plans' bound, or when no time is left."""
+    if time.perf_counter() >= deadline:
+        return [], 0
     t_ = np.arange(spec.T + 1)[:, None]
     everything = (t_ >= spec.s_lo[None, :]) & (t_ <= spec.s_hi[None, :])
     reads = _reads(graph, spec)
     plans, bound = moment_plans(spec, count, min(_PLAN_SECONDS, (deadline - time.perf_counter()) / 3))
     if best <= bound / (1 - _ROOM):
-        return []
+        return [], 0
     out = []
     for k, (x, drop) in enumerate(plans):
         at = int(spec.pos[x])
         keep = everything
         for u in drop.tolist():
-            keep = drop_until(keep, reads[u], u, at, at, spec)
+            keep = _drop_until(keep, reads[u], u, at, at, spec)
         share = (deadline - time.perf_counter()) / (len(plans) - k)
         fixed = repair(graph, cluster, spec, keep, device, time.perf_counter() + share, True, _TRIES)
         if fixed is not None:
             out.append((*fixed, 1.0, None, True, f"bound at {graph.arrays.ids[x]}"))
-    return out
+    return out, len(plans)
