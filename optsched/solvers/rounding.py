@@ -192,7 +192,8 @@ def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, de
             return sched, r, dropped
         if r.violation.code != "over-budget" or (dropped and time.perf_counter() > deadline):
             return None
-        t = int(np.searchsorted(starts, r.violation.index, side="right")) - 1
+        at = _overflow(r, starts)
+        t = at[0]
         resident = keep[t] & movable & (spec.pos < t) & (spec.s_lo <= t) & (t <= spec.s_hi)
         opts = []
         for u in np.flatnonzero(resident).tolist():
@@ -200,7 +201,6 @@ def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, de
             if later.size and later[0] > t:
                 opts.append((-gain[u], u, int(later[0])))
         opts.sort()
-        at = (t, r.violation.index, -r.violation.over)
         best = None
         for i, (_, u, nxt) in enumerate(opts if tries > 1 else opts[:1]):
             if best is not None and i % tries == 0:
@@ -209,12 +209,8 @@ def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, de
             c = attempt(k)
             if c is None:
                 continue
-            if tries > 1 and not c[1].valid:
-                if c[1].violation.code != "over-budget":
-                    continue
-                ct = int(np.searchsorted(c[2], c[1].violation.index, side="right")) - 1
-                if (ct, c[1].violation.index, -c[1].violation.over) <= at:
-                    continue
+            if tries > 1 and not c[1].valid and (c[1].violation.code != "over-budget" or _overflow(c[1], c[2]) <= at):
+                continue
             if best is None or c[1].makespan < best[1][1].makespan:
                 best = (k, c)
         if best is None and tries > 1:      # no tried drop helps: blind ones from the start
@@ -224,6 +220,11 @@ def repair(graph: Graph, cluster: Cluster, spec: ModelSpec, keep: np.ndarray, de
         keep, cur = best
         dropped = True
     return None
+
+
+def _overflow(r: SimResult, starts: np.ndarray) -> tuple[int, int, int]:
+    """Where a rounding first overflows, later and smaller being larger: (stage, instruction, -bytes over)."""
+    return int(np.searchsorted(starts, r.violation.index, side="right")) - 1, r.violation.index, -r.violation.over
 
 
 def _reads(graph: Graph, spec: ModelSpec) -> list[np.ndarray]:
@@ -316,8 +317,7 @@ def _seeded(graph: Graph, cluster: Cluster, spec: ModelSpec, device: str, count:
     the plans' bound, or when no time is left."""
     if time.perf_counter() >= deadline:
         return [], 0
-    t_ = np.arange(spec.T + 1)[:, None]
-    everything = (t_ >= spec.s_lo[None, :]) & (t_ <= spec.s_hi[None, :])
+    everything = np.ones((spec.T + 1, spec.n), dtype=bool)     # round_keep holds values only while they live
     reads = _reads(graph, spec)
     plans, bound = moment_plans(spec, count, min(_PLAN_SECONDS, (deadline - time.perf_counter()) / 3))
     if best <= bound / (1 - _ROOM):
