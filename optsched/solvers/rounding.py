@@ -27,7 +27,7 @@ fastest polished one is returned: a rounding of the LP at a reduced budget, or a
 under the real budget.
 
 `options.params`: thresholds (sequence of theta), budget_scales (sequence of LP budget factors), polish (bool,
-default true), seeds (how many of the bound's moments seed keep-sets, default 1; 0: none). The report's
+default true), seeds (how many of the bound's moments seed keep-sets, default 2; 0: none). The report's
 `extra["seed"]` says where the returned schedule came from ("lp", or "bound at NODE").
 """
 
@@ -53,8 +53,7 @@ from .sequential import pick_device
 THRESHOLDS = (0.99, 0.9, 0.7, 0.5, 0.3, 0.1, 0.01)
 BUDGET_SCALES = (1.0, 0.9, 0.8, 0.7, 0.6)
 _POLISHED = 3   # the fastest roundings polished; the best polished one is returned
-_SEEDS = 1      # keep-sets seeded by the lower bound's plans at its tightest moments (`_seeded`); the tightest won
-                # every row of the benchmark where one won, and each costs a repair (about a second at 40 layers)
+_SEEDS = 2      # keep-sets seeded by the lower bound's plans at its tightest moments (`_seeded`)
 _SEED_SHARE = 0.45  # of the time limit kept from the LP's roundings for them (unless the LP takes it)
 # drops tried at each overflow when repairing a seeded keep-set. More are not better (each step takes the fastest
 # drop, greedily): gpt2 at 50%, 1.145x keep-everything's time with 12, 1.165x with 32
