@@ -27,7 +27,7 @@ def _load_graph(arg: str) -> Graph:
     return import_graph(arg)
 
 
-def _cluster(args) -> Cluster:
+def _cluster(args, graph: Graph) -> Cluster:
     if args.cluster and args.mem:
         raise OptschedError("give either --mem or --cluster, not both")
     if args.cluster:
@@ -36,9 +36,20 @@ def _cluster(args) -> Cluster:
         return load_cluster(args.cluster)
     if not args.mem:
         raise OptschedError("no memory budget given", hint="add --mem 16GB or --cluster cluster.json")
-    return check_cluster(single_accelerator(parse_size(args.mem, "--mem"), gpus=args.gpus,
+    return check_cluster(single_accelerator(parse_size(args.mem, "--mem", _whole(graph, args.mem)), gpus=args.gpus,
                                             host_memory=parse_size(args.host_mem, "--host-mem"),
                                             bandwidth=parse_bandwidth(args.bandwidth, "--bandwidth")))
+
+
+def _whole(graph: Graph, mem: str) -> int | None:
+    """What a budget of '50%' is a share of: the keep-everything peak (`info` prints it); None unless asked."""
+    if "%" not in mem:
+        return None
+    ke = _baseline(graph, "keep-everything")
+    if "peak_bytes" not in ke:
+        raise OptschedError(f"--mem {mem!r}: no keep-everything peak to take a share of ({ke['error']})",
+                            hint="give the budget in bytes: 16GB")
+    return ke["peak_bytes"]
 
 
 def _unbounded(graph: Graph) -> Cluster:
@@ -174,7 +185,7 @@ def cmd_simulate(args) -> int:
 
     g = _load_graph(args.graph)
     sched = load_schedule(args.schedule)
-    cl = _cluster(args)
+    cl = _cluster(args, g)
     _check_budget(g, cl, {x.device for x in sched.instructions if type(x) is Compute})
     r = simulate(g, cl, sched)
     if r.violation is not None and r.violation.code in ("unknown-node", "unknown-device", "no-link"):
@@ -237,7 +248,7 @@ def cmd_solve(args) -> int:
     from .summary import sim_summary
 
     g = _load_graph(args.graph)
-    cl = _cluster(args)
+    cl = _cluster(args, g)
     solver = get_solver(args.solver)
     opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=args.gap, threads=args.threads,
                         device=args.device, devices=args.devices, swap=not args.no_swap,
@@ -320,7 +331,7 @@ def cmd_sweep(args) -> int:
     from .units import parse_size_range
 
     g = _load_graph(args.graph)
-    budgets = parse_size_range(args.mem, args.steps, "--mem")
+    budgets = parse_size_range(args.mem, args.steps, "--mem", _whole(g, args.mem))
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
     if not solvers:
         raise OptschedError("--solvers names no solver")
@@ -489,7 +500,7 @@ def cmd_run(args) -> int:
     from .formats import load_schedule
 
     graph = _load_graph(args.graph)
-    cluster = _cluster(args)
+    cluster = _cluster(args, graph)
     schedule = load_schedule(args.schedule)
     source = (graph.meta.get("capture") or {}).get("source") or {}
     model_arg = args.model or source.get("model")
@@ -548,7 +559,8 @@ def cmd_examples(args) -> int:
 # --- parser ------------------------------------------------------------------------------------
 
 def _add_cluster_args(p) -> None:
-    p.add_argument("--mem", help="budget of the accelerator, e.g. 16GB, 16GiB, 512MB, 1.5e9 (plus the host)")
+    p.add_argument("--mem", help="budget of the accelerator, e.g. 16GB, 16GiB, 512MB, 1.5e9, or 50%% of the "
+                   "keep-everything peak (plus the host)")
     p.add_argument("--cluster", help="a cluster.json describing devices and links instead of --mem")
     p.add_argument("--gpus", type=int, default=1, help="with --mem: number of accelerators (default 1)")
     p.add_argument("--host-mem", default="256GB", help="with --mem: host RAM usable as swap (default 256GB)")
@@ -619,7 +631,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run several solvers over a range of memory budgets (a Pareto table)")
     p.add_argument("graph")
     p.add_argument("--mem", required=True,
-                   help="budgets of the accelerator: 2GB..16GB (with --steps), 1GB,2GB,4GB, or one")
+                   help="budgets of the accelerator: 2GB..16GB (with --steps), 1GB,2GB,4GB, 30%%..90%% of the "
+                   "keep-everything peak, or one")
     p.add_argument("--steps", type=int, default=6, help="budgets in a LO..HI range, both ends included (default 6)")
     p.add_argument("--solvers", default="milp,heuristic,chen-sqrt,keep-everything",
                    help="comma-separated solver names; NAME/recompute-only or NAME/swap-only restricts one "

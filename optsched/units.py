@@ -1,4 +1,4 @@
-"""Human quantities: `16GB`, `16GiB`, `512MB`, `1.5e9`, `16GB/s`, `10us`.
+"""Human quantities: `16GB`, `16GiB`, `512MB`, `1.5e9`, `50%` (of a reference size), `16GB/s`, `10us`.
 
 Decimal prefixes (kB, MB, GB, TB) are powers of 1000, binary ones (KiB, MiB,
 GiB, TiB) powers of 1024, as in every storage vendor's and the IEC's usage.
@@ -17,10 +17,18 @@ _TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ns|us|µs|ms|s
 _TIME_SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
 
 
-def parse_size(value: str | int | float, what: str = "size") -> int:
-    """Bytes from a number or a string such as '16GB', '16GiB', '512MB', '1.5e9'."""
+def parse_size(value: str | int | float, what: str = "size", whole: int | None = None) -> int:
+    """Bytes from a number or a string such as '16GB', '16GiB', '512MB', '1.5e9', or '50%' of `whole` bytes
+    where the caller has a reference (the CLI's budgets: the keep-everything peak)."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return int(value)   # exact, also beyond 2**53 where a float would round
+    if isinstance(value, str) and value.strip().endswith("%"):
+        if whole is None:
+            raise OptschedError(f"{what} {value!r}: a percentage means nothing here", hint="write it as 16GB or 512MB")
+        m = _SIZE.match(value.strip()[:-1])
+        if not m or m.group(2) or m.group(3) or m.group(4) or not 0 < float(m.group(1)) < math.inf:
+            raise OptschedError(f"cannot read {what} {value!r}", hint="write a percentage as 50%")
+        return int(round(float(m.group(1)) / 100 * whole))
     return int(round(_amount(value, what)))
 
 
@@ -100,14 +108,14 @@ def format_time(seconds: float) -> str:
     return f"{seconds:.3f} s"
 
 
-def parse_size_range(value: str, steps: int, what: str = "size range") -> list[int]:
+def parse_size_range(value: str, steps: int, what: str = "size range", whole: int | None = None) -> list[int]:
     """Budgets from '2GB..16GB' (`steps` evenly spaced values, both ends
-    included), a list '1GB,2GB,4GB', or one size."""
+    included), a list '1GB,2GB,4GB', or one size; percentages of `whole` as in `parse_size`."""
     text = str(value).strip()
     if ".." not in text:
-        return [parse_size(v, what) for v in text.split(",")]
+        return [parse_size(v, what, whole) for v in text.split(",")]
     lo_text, _, hi_text = text.partition("..")
-    lo, hi = parse_size(lo_text, what), parse_size(hi_text, what)
+    lo, hi = parse_size(lo_text, what, whole), parse_size(hi_text, what, whole)
     if lo > hi:
         raise OptschedError(f"{what} {value!r} runs backwards",
                             hint=f"write it as {hi_text.strip()}..{lo_text.strip()}")

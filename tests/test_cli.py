@@ -63,6 +63,21 @@ def test_solve_then_simulate(capsys, graph_file, tmp_path):
     assert s["devices"][0]["peak_bytes"] <= 10_000_000
 
 
+def test_a_budget_as_a_share_of_the_keep_everything_peak(capsys, graph_file):
+    # the chain's keep-everything peak is 17_000_004 bytes (test_validate_and_info)
+    code, out, err = run(capsys, "solve", graph_file, "--mem", "50%", "--solver", "chen-sqrt", "--json")
+    assert code == 0, err
+    gpu = json.loads(out)["devices"][0]
+    assert gpu["budget_bytes"] == 8_500_002 and gpu["peak_bytes"] <= 8_500_002
+    code, out, err = run(capsys, "sweep", graph_file, "--mem", "60%..100%", "--steps", "2", "--solvers",
+                         "keep-everything", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [r["budget_bytes"] for r in rows] == [10_200_002, 17_000_004] and rows[1]["valid"] and not rows[0]["valid"]
+    code, _, err = run(capsys, "solve", graph_file, "--mem", "half%")
+    assert code == 2 and "cannot read --mem 'half%'" in err
+
+
 def test_solve_that_does_not_fit_writes_nothing(capsys, graph_file, tmp_path):
     out_file = tmp_path / "s.json"
     code, _, err = run(capsys, "solve", graph_file, "--mem", "5MB", "--solver", "keep-everything", "-o", out_file)

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from optsched.errors import OptschedError
-from optsched.units import format_size, format_time, parse_bandwidth, parse_size, parse_time
+from optsched.units import format_size, format_time, parse_bandwidth, parse_size, parse_size_range, parse_time
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -46,6 +46,18 @@ def test_parse_size_numbers(value, expected):
 def test_parse_size_rejects(bad):
     with pytest.raises(OptschedError):
         parse_size(bad)
+
+
+def test_parse_size_percentages_of_a_reference():
+    assert parse_size("50%", whole=1000) == 500
+    assert parse_size(" 12.5 % ", whole=80) == 10
+    assert parse_size_range("25%..75%", 3, whole=1000) == [250, 500, 750]
+    assert parse_size_range("10%,1kB", 1, whole=1000) == [100, 1000]
+    with pytest.raises(OptschedError, match="a percentage means nothing here"):
+        parse_size("50%")
+    for bad in ("0%", "%", "x%", "5GB%", "inf%", "-5%"):
+        with pytest.raises(OptschedError, match="cannot read"):
+            parse_size(bad, whole=1000)
 
 
 def test_parse_size_message_names_what():
