@@ -43,22 +43,9 @@ def _cluster(args, graph: Graph) -> Cluster:
 
 def _whole(graph: Graph, mem: str) -> int | None:
     """What a budget of '50%' is a share of: the keep-everything peak (`info` prints it); None unless asked."""
-    if "%" not in mem:
-        return None
-    ke = _baseline(graph, "keep-everything")
-    if "peak_bytes" not in ke:
-        raise OptschedError(f"--mem {mem!r}: no keep-everything peak to take a share of ({ke['error']})",
-                            hint="give the budget in bytes: 16GB")
-    return ke["peak_bytes"]
+    from .solvers.baselines import keep_everything_peak
 
-
-def _unbounded(graph: Graph) -> Cluster:
-    """One accelerator (or the host, for a cpu-only graph) with room for anything."""
-    big = 2**62
-    cuda = graph.arrays.cost.get("cuda")
-    kind = "cuda" if cuda is not None and not (cuda != cuda).any() else "cpu"
-    return single_accelerator(big, host_memory=big) if kind == "cuda" else \
-        check_cluster(Cluster((single_accelerator(big).devices[-1],)))
+    return keep_everything_peak(graph) if "%" in mem else None
 
 
 def _check_budget(graph: Graph, cluster: Cluster, devices: set[str]) -> None:
@@ -114,8 +101,9 @@ def _baseline(g: Graph, name: str) -> dict:
     """A baseline solver's simulated peak and step time with unbounded memory (or why it failed)."""
     from .simulate import simulate
     from .solvers import solve
+    from .solvers.baselines import unbounded
 
-    cl = _unbounded(g)
+    cl = unbounded(g)
     try:
         r = simulate(g, cl, solve(g, cl, name))
     except OptschedError as e:
@@ -276,7 +264,9 @@ def cmd_solve(args) -> int:
     sched = solver(g, cl, opts)
     r = simulate(g, cl, sched)
     s = sim_summary(r, cl)
-    base_cl = _unbounded(g)
+    from .solvers.baselines import unbounded
+
+    base_cl = unbounded(g)
     base = simulate(g, base_cl, solve(g, base_cl, "keep-everything")).makespan if "cuda" in g.arrays.cost else None
     rep = sched.report
     s["solver"] = {"name": args.solver, "status": rep.status if rep else None,

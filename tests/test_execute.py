@@ -18,6 +18,7 @@ from optsched.capture import capture_step  # noqa: E402
 from optsched.capture.models import BUILTIN  # noqa: E402
 from optsched.capture.trace import _WithLoss  # noqa: E402
 from optsched.cluster import Cluster, Device, single_accelerator  # noqa: E402
+from optsched.errors import OptschedError  # noqa: E402
 from optsched.execute import (  # noqa: E402
     ExecuteError,
     Replayer,
@@ -218,6 +219,26 @@ def test_compile_trains_like_eager():
         assert torch.equal(p, q)
     for b, c in zip(model.buffers(), ref.buffers(), strict=True):   # batch-norm running statistics
         assert torch.equal(b, c)
+
+
+def test_compile_takes_a_budget_as_a_share_of_the_keep_everything_peak():
+    from optsched.solvers.baselines import keep_everything_peak
+
+    torch.manual_seed(4)
+    ex = BUILTIN["mlp"]()
+    model = ex["model"]
+    step = compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem="60%", solver="dtr")
+    budget = step.cluster.devices[0].memory
+    assert budget == round(0.6 * keep_everything_peak(step.graph))
+    assert max(step.predicted.peak.values()) <= budget
+    model.zero_grad(set_to_none=True)
+    want_loss, want = _eager_grads(model, ex)
+    model.zero_grad(set_to_none=True)
+    assert step(*ex["inputs"], *ex["targets"]).item() == want_loss.item()
+    for p, g in zip(model.parameters(), want, strict=True):
+        assert torch.equal(p.grad, g)
+    with pytest.raises(OptschedError, match="cannot read mem"):
+        compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem="60 %%")
 
 
 # -- copies on worker threads, measured costs --------------------------------------------------------------------

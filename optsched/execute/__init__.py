@@ -29,14 +29,15 @@ __all__ = ["compile", "execute", "measure_costs", "measure_copy", "measure_copy_
            "keep_freed_cpu_memory", "TrainStep", "Replayer", "StepStats", "ExecuteError", "device_map", "check_match"]
 
 
-def _cluster(mem, cluster: Cluster | None) -> Cluster:
+def _cluster(mem, cluster: Cluster | None, whole: int | None = None) -> Cluster:
+    """One accelerator with `mem` bytes ("16GB", or "50%" of `whole`, the keep-everything peak), or `cluster`."""
     from ..units import parse_size
 
     if (mem is None) == (cluster is None):
-        raise OptschedError("give exactly one of mem= and cluster=", hint='e.g. mem="16GB"')
+        raise OptschedError("give exactly one of mem= and cluster=", hint='e.g. mem="16GB" or mem="50%"')
     if cluster is not None:
         return check_cluster(cluster)
-    return check_cluster(single_accelerator(parse_size(mem, "mem") if isinstance(mem, str) else int(mem)))
+    return check_cluster(single_accelerator(parse_size(mem, "mem", whole) if isinstance(mem, str) else int(mem)))
 
 
 class TrainStep:
@@ -65,8 +66,14 @@ def compile(model, example_inputs, loss_fn: Callable | None = None, *, targets=N
     from ..capture import capture_step
     from ..solvers import solve
 
-    cluster = _cluster(mem, cluster)
+    share = isinstance(mem, str) and mem.strip().endswith("%")
+    if not share:
+        cluster = _cluster(mem, cluster)    # a mistake is refused before the capture
     step, graph = capture_step(model, example_inputs, loss_fn, targets=targets, cuda=cuda)
+    if share:
+        from ..solvers.baselines import keep_everything_peak
+
+        cluster = _cluster(mem, cluster, keep_everything_peak(graph))
     if isinstance(schedule, str):
         from ..formats import load_schedule
 

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from ..cluster import Cluster
+from ..cluster import Cluster, check_cluster, single_accelerator
 from ..errors import OptschedError
 from ..graph import KINDS, Graph
 from ..schedule import Schedule, SolveReport
@@ -40,6 +40,24 @@ def keep_everything(graph: Graph, cluster: Cluster, options: SolveOptions = Solv
     ins = sequential_instructions(graph, dev.name, graph.arrays.topo.tolist())
     return Schedule(tuple(ins), SolveReport("keep-everything", "heuristic", solve_time=time.perf_counter() - t0),
                     graph=graph.name)
+
+
+def unbounded(graph: Graph) -> Cluster:
+    """One accelerator (or the host, for a cpu-only graph) with room for anything."""
+    big = 2**62
+    cuda = graph.arrays.cost.get("cuda")
+    kind = "cuda" if cuda is not None and not (cuda != cuda).any() else "cpu"
+    return single_accelerator(big, host_memory=big) if kind == "cuda" else \
+        check_cluster(Cluster((single_accelerator(big).devices[-1],)))
+
+
+def keep_everything_peak(graph: Graph) -> int:
+    """Bytes keep-everything holds at its peak on one device with room for anything: what a budget of "50%" is
+    half of (`units.parse_size`), as budgets are given in the benchmarks and by a user who wants half the memory."""
+    from ..simulate import simulate
+
+    cluster = unbounded(graph)
+    return max(simulate(graph, cluster, keep_everything(graph, cluster)).peak.values())
 
 
 def chen_sqrt(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
