@@ -206,7 +206,8 @@ def test_no_schedule_within_the_time_limit_is_not_called_infeasible():
 def test_the_model_without_gap_stages_is_proven_by_its_gap_even_when_highs_stops_on_time(monkeypatch):
     # the repaired lp-rounding (the only candidate that fits here) needs gap stages, so the model without them runs
     # first, cold, with half the time; when HiGHS stops on time with the gap already within the target (forced
-    # here: it proves this optimum in 9-10 s), its schedule is returned as optimal, without the gap-stage model
+    # here: it proves this optimum in 11-12 s on one thread of this 2-core box, after 8 s of candidates and bounds),
+    # its schedule is returned as optimal, without the gap-stage model
     import importlib
 
     M = importlib.import_module("optsched.solvers.milp")
@@ -220,7 +221,7 @@ def test_the_model_without_gap_stages_is_proven_by_its_gap_even_when_highs_stops
     monkeypatch.setattr(M, "_highs_run", run)
     g = generate.random_training_graph(40, 3, window=2)
     cl = one_gpu(int(0.5 * ke_peak(g)))
-    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=40, threads=1))
+    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=60, threads=1))
     assert len(calls) == 1
     plain, cold, out = calls[0]
     assert cold is None and out["x"] is not None and plain.spec.T == plain.spec.n + plain.spec.K
