@@ -17,12 +17,17 @@ _TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ns|us|µs|ms|s
 _TIME_SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
 
 
+def is_share(value) -> bool:
+    """A size written as a percentage ('50%'), which `parse_size` reads only against a reference."""
+    return isinstance(value, str) and value.strip().endswith("%")
+
+
 def parse_size(value: str | int | float, what: str = "size", whole: int | None = None) -> int:
     """Bytes from a number or a string such as '16GB', '16GiB', '512MB', '1.5e9', or '50%' of `whole` bytes
     where the caller has a reference (the CLI's budgets: the keep-everything peak)."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return int(value)   # exact, also beyond 2**53 where a float would round
-    if isinstance(value, str) and value.strip().endswith("%"):
+    if is_share(value):
         if whole is None:
             raise OptschedError(f"{what} {value!r}: a percentage means nothing here", hint="write it as 16GB or 512MB")
         m = _SIZE.match(value.strip()[:-1])

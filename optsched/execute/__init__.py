@@ -65,8 +65,9 @@ def compile(model, example_inputs, loss_fn: Callable | None = None, *, targets=N
     """Capture the model's step, solve it for the budget (or load `schedule`), and return a `TrainStep`."""
     from ..capture import capture_step
     from ..solvers import solve
+    from ..units import is_share
 
-    share = isinstance(mem, str) and mem.strip().endswith("%")
+    share = is_share(mem)
     if not share:
         cluster = _cluster(mem, cluster)    # a mistake is refused before the capture
     step, graph = capture_step(model, example_inputs, loss_fn, targets=targets, cuda=cuda)
