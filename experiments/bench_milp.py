@@ -110,7 +110,8 @@ def row(name, g, cl, frac, opts, base_time, problem):
                 gap=None if r.gap is None else round(r.gap, 5), makespan_s=sim.makespan,
                 overhead=round(sim.makespan / base_time - 1, 5), cols=r.extra["columns"], rows=r.extra["rows"],
                 recomputed=sim.recomputed, swap_out_bytes=sim.swap_out_bytes, fallback=r.extra.get("fallback", ""),
-                warm=r.extra["warm_start"][:60])
+                warm=r.extra["warm_start"][:60],
+                whole_stage_objective_s=r.extra.get("stage_models", {}).get("whole-stage", {}).get("objective"))
 
 
 def write(path, rows, cmd):
@@ -172,11 +173,14 @@ def main(argv=None):
     ap.add_argument("--skip-joint", action="store_true")
     ap.add_argument("--skip-checkmate", action="store_true")
     ap.add_argument("--cuts", type=int, default=0,
-                    help="MILP params cuts=K (recomputation-chain cuts K inputs deep); the Checkmate table is written "
-                    "to milp_checkmate_cuts.csv, and the build times are not rerun")
+                    help="MILP params cuts=K (recomputation-chain cuts K inputs deep)")
+    ap.add_argument("--tag", default="",
+                    help="write milp_checkmate_TAG.csv and milp_joint_TAG.csv, and skip the build and floor tables "
+                    "(default with --cuts: cuts)")
     args = ap.parse_args(argv)
     cmd = "cd /work/main && .venv/bin/python experiments/bench_milp.py " + " ".join(sys.argv[1:])
-    if not args.cuts:
+    tag = args.tag or ("cuts" if args.cuts else "")
+    if not tag:
         write(os.path.join(HERE, "results", "milp_build.csv"), build_times(), cmd)
     params = {"cuts": args.cuts} if args.cuts else {}
     gs = graphs(args.quick, args.graphs)
@@ -187,7 +191,7 @@ def main(argv=None):
             base[name] = baseline_peaks(g, one)
         return base[name]
 
-    if not args.cuts:
+    if not tag:
         write(os.path.join(HERE, "results", "milp_floor.csv"), floors(gs, peaks_of), cmd)
     rows = []
     for name, g in [] if args.skip_checkmate else gs:
@@ -214,8 +218,7 @@ def main(argv=None):
             print(r, flush=True)
             rows.append(r)
     if rows:
-        write(os.path.join(HERE, "results", "milp_checkmate_cuts.csv" if args.cuts else "milp_checkmate.csv"), rows,
-              cmd)
+        write(os.path.join(HERE, "results", f"milp_checkmate_{tag}.csv" if tag else "milp_checkmate.csv"), rows, cmd)
     if args.skip_joint:
         return
     jrows = []
@@ -232,7 +235,7 @@ def main(argv=None):
             r = row(name, g, cl, frac, opts, ke.makespan, "joint-2gpu+host")
             print(r, flush=True)
             jrows.append(r)
-    write(os.path.join(HERE, "results", "milp_joint_cuts.csv" if args.cuts else "milp_joint.csv"), jrows, cmd)
+    write(os.path.join(HERE, "results", f"milp_joint_{tag}.csv" if tag else "milp_joint.csv"), jrows, cmd)
 
 
 if __name__ == "__main__":

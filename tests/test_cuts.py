@@ -133,8 +133,9 @@ def test_solve_reports_the_cut_rounds_and_cuts_are_off_by_default():
     big = Cluster((Device("gpu0", "cuda", 10**15),))
     ke = simulate(g, big, keep_everything(g, big)).peak["gpu0"]
     cl = one_gpu(int(0.7 * ke))
-    on = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=30, threads=1, params={"warm": False, "cuts": 2}))
-    off = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=30, threads=1, params={"warm": False}))
+    whole = {"warm": False, "instage": False}      # the whole-stage model, without the within-stage follow-up
+    on = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=30, threads=1, params={**whole, "cuts": 2}))
+    off = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=30, threads=1, params=whole))
     assert on.report.status == off.report.status == "optimal"
     cuts = on.report.extra["cuts"]
     assert cuts["rows"] > 0 and cuts["lp_after"] > cuts["lp_before"]
@@ -148,7 +149,7 @@ def test_with_cuts_the_milp_still_reaches_the_exhaustive_optimum(n, seed, kind):
     g = small_dag(n, seed)
     lb = memory_lower_bound(g)
     ke = simulate(g, one_gpu(10**9), keep_everything(g, one_gpu(10**9))).peak["gpu0"]
-    opts = SolveOptions(time_limit=30, gap=0.0, threads=1, params={"cuts": 3, "warm": False})
+    opts = SolveOptions(time_limit=30, gap=0.0, threads=1, params={"cuts": 3, "warm": False, "instage": False})
     for mem in (lb + (ke - lb) // 2, ke):        # the tighter budget, unless the model has no schedule there
         cl = CLUSTERS[kind](mem)
         best = bruteforce(g, cl, opts)

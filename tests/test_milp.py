@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import highspy
 import numpy as np
@@ -151,7 +152,7 @@ def test_highs_and_pulp_cbc_agree():
     g = small_dag(5, 3, ws=True)
     lb, ke = memory_lower_bound(g), ke_peak(g)
     cl = gpu_host(lb + (ke - lb) // 2)
-    h = solve(g, cl, "milp", time_limit=30, gap=0.0)
+    h = solve(g, cl, "milp", time_limit=30, gap=0.0, params={"instage": False})    # the model PuLP solves
     p = solve(g, cl, "pulp", time_limit=30, gap=0.0)
     q = get_solver("pulp:PULP_CBC_CMD")(g, cl, SolveOptions(time_limit=30, gap=0.0))
     assert h.report.status == p.report.status == "optimal"
@@ -221,7 +222,7 @@ def test_the_model_without_gap_stages_is_proven_by_its_gap_even_when_highs_stops
     monkeypatch.setattr(M, "_highs_run", run)
     g = generate.random_training_graph(40, 3, window=2)
     cl = one_gpu(int(0.5 * ke_peak(g)))
-    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=60, threads=1))
+    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=60, threads=1, params={"instage": False}))
     assert len(calls) == 1
     plain, cold, out = calls[0]
     assert cold is None and out["x"] is not None and plain.spec.T == plain.spec.n + plain.spec.K
@@ -249,7 +250,7 @@ def test_with_two_threads_the_models_run_side_by_side_and_the_plain_proof_stops_
     monkeypatch.setattr(M, "_highs_run", run)
     g = generate.random_training_graph(40, 3, window=2)
     cl = one_gpu(int(0.5 * ke_peak(g)))
-    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=40, threads=2))
+    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=40, threads=2, params={"instage": False}))
     assert len(calls) == 2
     plain, staged = sorted(calls, key=lambda c: c["model"].spec.T)
     assert plain["model"].spec.T == plain["model"].spec.n + plain["model"].spec.K < staged["model"].spec.T
@@ -605,3 +606,41 @@ def test_an_abandoned_highs_run_does_not_abort_the_process_at_exit(tmp_path):
             for how in ("abandon", "plain")}
     assert runs["abandon"].returncode == 0, runs["abandon"].stderr
     assert runs["plain"].returncode != 0      # the failure it prevents
+
+
+def _captured_mlp(depth: int) -> Graph:
+    torch = pytest.importorskip("torch")
+    from optsched.capture import capture
+    from optsched.capture.models import BUILTIN
+
+    torch.manual_seed(0)
+    ex = BUILTIN["mlp"](batch=1024, depth=depth)
+    return capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex.get("targets"), name=f"mlp-{depth}")
+
+
+def test_a_whole_stage_optimum_above_the_bound_is_followed_by_the_within_stage_model():
+    # a 6-layer MLP at 75% of keep-everything's memory: the whole-stage count proves its optimum, which is more
+    # than 1% above the bound every schedule obeys; counting memory within the stage, as the simulator does,
+    # admits a faster schedule over the same order, which the default solve returns
+    g = _captured_mlp(6)
+    cl = one_gpu(int(0.75 * ke_peak(g)))
+    opts = SolveOptions(time_limit=60, threads=2, swap=False)
+    whole = solve(g, cl, "milp", replace(opts, params={"instage": False}))
+    w = whole.report
+    assert w.status == "optimal" and "stage_models" not in w.extra
+    assert w.objective > w.extra["schedule_lower_bound"] * 1.01
+    s = solve(g, cl, "milp", opts)
+    r = s.report
+    sim = simulate(g, cl, s)
+    assert sim.valid and sim.makespan <= r.objective * (1 + 1e-9)
+    assert r.objective < w.objective * 0.99
+    assert r.extra["stage_models"]["whole-stage"]["objective"] == pytest.approx(w.objective)
+    assert r.message.startswith("within-stage model from the whole-stage optimum")
+    assert r.bound <= r.objective
+
+
+def test_no_within_stage_follow_up_where_the_whole_stage_optimum_is_within_the_gap_of_the_bound():
+    g = _captured_mlp(4)
+    cl = one_gpu(int(0.8 * ke_peak(g)))
+    r = solve(g, cl, "milp", SolveOptions(time_limit=60, threads=2, swap=False)).report
+    assert r.status == "optimal" and r.gap <= 0.01 and "stage_models" not in r.extra

@@ -27,7 +27,7 @@ CASES += [(n, seed, "host-issue") for n in (3, 4) for seed in range(4)]
 def _cluster(kind, mem):
     within = kind.endswith("-within")
     kind = kind.removesuffix("-within")
-    extra = {"params": {"instage": True}} if within else {}
+    extra = {"params": {"instage": within}}     # one model: no within-stage follow-up after the whole-stage one
     if kind.startswith("one"):
         return one_gpu(mem), extra
     if kind == "host-swap":
