@@ -670,11 +670,10 @@ def _within_stage(graph: Graph, cluster: Cluster, options: SolveOptions, sched: 
     r = sched.report
     if "instage" in options.params or r.status != "optimal":
         return sched
-    floor = r.extra.get("schedule_lower_bound", 0.0)
+    above = _gap(r.objective, r.extra.get("schedule_lower_bound", 0.0))
     left = options.time_limit - (time.perf_counter() - t_start)
-    if _gap(r.objective, floor) is None or _gap(r.objective, floor) <= options.gap or left < _WITHIN_MIN_S:
-        return sched
-    if r.extra.get("nonzeros", math.inf) > _WITHIN_FROM_NNZ:
+    if above is None or above <= options.gap or left < _WITHIN_MIN_S or \
+            r.extra.get("nonzeros", math.inf) > _WITHIN_FROM_NNZ:
         return sched
     try:
         within = milp(graph, cluster, replace(options, warm_start=sched, time_limit=left, write_model=None,
@@ -682,8 +681,8 @@ def _within_stage(graph: Graph, cluster: Cluster, options: SolveOptions, sched: 
     except OptschedError:
         return sched
     w = within.report
-    runs = {"whole-stage": {k: getattr(r, k) for k in ("status", "objective", "bound", "gap", "solve_time")},
-            "within-stage": {k: getattr(w, k) for k in ("status", "objective", "bound", "gap", "solve_time")}}
+    runs = {name: {k: getattr(x, k) for k in ("status", "objective", "bound", "gap", "solve_time")}
+            for name, x in (("whole-stage", r), ("within-stage", w))}
     faster = w.objective < r.objective * (1 - 1e-9)
     if faster or (w.status == "optimal" and w.objective <= r.objective * (1 + 1e-9)):
         head = (f"within-stage model from the whole-stage optimum {r.objective:.6g} s: "
