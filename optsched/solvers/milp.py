@@ -57,9 +57,9 @@ Reductions and what they cost:
 - restrictions (may cost optimality against schedules outside the model):
   the fixed order itself (the graph's topological order, or the warm start's
   first-computation order); the stage barrier (no overlap across stages);
-  memory counted for a whole stage (unless "instage"; when its optimum is
-  proven but more than the gap above the bound every schedule obeys, a small
-  model is then solved in the within-stage count from it, `_within_stage`);
+  memory counted for a whole stage (unless "instage"; when its schedule is
+  more than the gap above the bound every schedule obeys, a small model is
+  then solved in the within-stage count from it, `_within_stage`);
   the window K; required results are not recomputed after their window
   (they are kept once computed); a copy is usable only from the next stage.
   So an infeasible model proves nothing (InfeasibleError `restricted`).
@@ -626,7 +626,8 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
         return finish(graph, cluster, options, "milp", spec, model, run["x"], run["status"], run["bound"],
                       run["solve_time"], build_time, base, warm_msg, run["extra"], notes, run["notes"], bounds)
     pmodel, px0, pmsg = alt
-    plain, staged, solve_time, side = _run_pair(pmodel, px0, model, x0, options, left, stop, bounds["floor"])
+    plain, staged, solve_time, side = _run_pair(pmodel, px0, model, x0, options, left, stop, bounds["floor"],
+                                                handoff=_follows(options, model))
     pobj = np.inf if plain["x"] is None else float(pmodel.cost @ plain["x"])
     sobj = np.inf if x0 is None else float(model.cost @ (x0 if staged is None else staged["x"]))
     runs = {"without gap stages": _summary(pmodel, plain), "with gap stages": _summary(model, staged)}
@@ -657,18 +658,24 @@ _WITHIN_FROM_NNZ = 150_000
 _WITHIN_MIN_S = 2.0     # seconds left, at least, to start it
 
 
+def _follows(options: SolveOptions, model: MilpArrays) -> bool:
+    """Whether a solve of this whole-stage model may be followed by the within-stage model (`_within_stage`)."""
+    return "instage" not in options.params and model.index.size <= _WITHIN_FROM_NNZ
+
+
 def _within_stage(graph: Graph, cluster: Cluster, options: SolveOptions, sched: Schedule,
                   t_start: float) -> Schedule:
-    """A schedule proven optimal in the whole-stage model but not within the gap of the bound every schedule obeys
-    is optimal only for that model: counting a stage's memory all at once, it refuses schedules that free a value
-    after its last use inside a stage holding recomputations. Where the within-stage model (Checkmate's exact
-    count over the same order, `params["instage"]`) is small and time is left, it is solved from that schedule,
-    and its result is returned when faster, or as fast and proven in its larger model (69-node MLP at 70% of
-    keep-everything's memory: 1.2405x keep-everything's time, "optimal" in the whole-stage model, becomes 1.1679x,
-    the bound of every schedule, after 18 s more). `params["instage"]` True or False picks one model, no
+    """A whole-stage schedule more than the gap above the bound every schedule obeys is at best optimal for that
+    model: counting a stage's memory all at once, it refuses schedules that free a value after its last use inside
+    a stage holding recomputations. Where the within-stage model (Checkmate's exact count over the same order,
+    `params["instage"]`) is small and time is left, it is solved from that schedule, whatever the first run's
+    status (a proven whole-stage optimum, or the gap-stage run stopped when the model without gap stages proved
+    its own: `_run_pair`'s handoff), and its result is returned when faster, or as fast and proven in its larger
+    model (69-node MLP at 70% of keep-everything's memory: 1.2341x keep-everything's time from the whole-stage
+    models becomes 1.1679x, the bound of every schedule). `params["instage"]` True or False picks one model, no
     follow-up."""
     r = sched.report
-    if "instage" in options.params or r.status != "optimal":
+    if "instage" in options.params or r.status == "interrupted":
         return sched
     above = _gap(r.objective, r.extra.get("schedule_lower_bound", 0.0))
     left = options.time_limit - (time.perf_counter() - t_start)
@@ -680,18 +687,21 @@ def _within_stage(graph: Graph, cluster: Cluster, options: SolveOptions, sched: 
                                               params={**options.params, "instage": True}))
     except OptschedError:
         return sched
+    except KeyboardInterrupt:     # Ctrl-C before its HiGHS run took over the interrupt: the schedule in hand stands
+        return replace(sched, report=replace(r, status="interrupted"))
     w = within.report
     runs = {name: {k: getattr(x, k) for k in ("status", "objective", "bound", "gap", "solve_time")}
             for name, x in (("whole-stage", r), ("within-stage", w))}
     faster = w.objective < r.objective * (1 - 1e-9)
+    both = r.solve_time + w.solve_time
     if faster or (w.status == "optimal" and w.objective <= r.objective * (1 + 1e-9)):
-        head = (f"within-stage model from the whole-stage optimum {r.objective:.6g} s: "
+        head = (f"within-stage model from the whole-stage schedule ({r.status}, {r.objective:.6g} s): "
                 + ("faster" if faster else "proven there too"))
-        return replace(within, report=replace(w, solve_time=r.solve_time + w.solve_time,
-                                              message="; ".join(m for m in (head, w.message) if m),
+        return replace(within, report=replace(w, solve_time=both, message="; ".join(m for m in (head, w.message) if m),
                                               extra={**w.extra, "stage_models": runs}))
     note = f"within-stage model from it: {w.status}, no faster schedule"
-    return replace(sched, report=replace(r, message="; ".join(m for m in (r.message, note) if m),
+    return replace(sched, report=replace(r, status="interrupted" if w.status == "interrupted" else r.status,
+                                         solve_time=both, message="; ".join(m for m in (r.message, note) if m),
                                          extra={**r.extra, "stage_models": runs}))
 
 
@@ -714,7 +724,7 @@ def _summary(model: MilpArrays, run: dict | None) -> dict | None:
 
 
 def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: threading.Event,
-              floor: float = 0.0):
+              floor: float = 0.0, handoff: bool = False):
     """(plain run, staged run or None, solve time, notes): the model without gap stages and the warm start's
     model with them. With two cores or more, side by side, each on half the threads and all the time left
     (HiGHS's branch and bound works on one core; the two runs double what a 60 s limit buys on two), and the first
@@ -723,7 +733,10 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     often has no schedule, proven in a second or two) leaves its core to `lns.improve` around the staged model's
     warm start until the staged run ends; the better point is the staged run's. On one core, the plain model
     first for _PLAIN_SHARE of the time (_PLAIN_COLD_SHARE when it starts cold, as it must find a schedule before
-    it can prove one), then the staged model for the rest unless the plain one proved its gap."""
+    it can prove one), then the staged model for the rest unless the plain one proved its gap.
+    `handoff`: the within-stage model follows (`_within_stage`); the plain model's proof then stops the staged run
+    even when it holds a faster schedule, which the follow-up starts from (the plain proof took 3.3 s on the 69-node
+    MLP at 70%, and the staged run, unproven at 60 s, left the follow-up no time)."""
     warm = np.inf if x0 is None else float(model.cost @ x0)
 
     def settled(run):
@@ -757,7 +770,7 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
                 return
             if not (settled(out[0]) if i == 0 else _proven(model, out[1], options.gap)):
                 return
-            if live[1 - i].get("obj", np.inf) >= float(m.cost @ out[i]["x"]) * (1 - 1e-9):
+            if (i == 0 and handoff) or live[1 - i].get("obj", np.inf) >= float(m.cost @ out[i]["x"]) * (1 - 1e-9):
                 cancel[1 - i].set()
         except BaseException as e:      # raised again in the calling thread
             out[i] = e
