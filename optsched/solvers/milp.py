@@ -70,7 +70,7 @@ Reductions and what they cost:
   a run's time; HiGHS only (the PuLP backend and --write-model get the model
   without them). Off by default: params {"cuts": k} (CLI --cuts K) follows
   inputs k deep. On the Checkmate benchmark (60 s, --cuts 2 against none):
-  the 69-node MLP at 70% proven in 7 s (4.4% gap after 60 s without);
+  the 69-node MLP at 70% proven in 7 s (4.4% gap after 60 s without, in the whole-stage model alone);
   time to 1% 35 -> 13 s on transformer at 70%, 40 -> 15 s on bert at 60%;
   at 50%, gpt2 3.7% -> 2.9% and gpt2-3 4.0% -> 2.7% with faster schedules;
   but the rounds' time is lost to the branch and bound elsewhere: easy
