@@ -627,7 +627,7 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
                       run["solve_time"], build_time, base, warm_msg, run["extra"], notes, run["notes"], bounds)
     pmodel, px0, pmsg = alt
     plain, staged, solve_time, side = _run_pair(pmodel, px0, model, x0, options, left, stop, bounds["floor"],
-                                                handoff=_follows(options, model))
+                                                handoff=_follows(options, model.index.size))
     pobj = np.inf if plain["x"] is None else float(pmodel.cost @ plain["x"])
     sobj = np.inf if x0 is None else float(model.cost @ (x0 if staged is None else staged["x"]))
     runs = {"without gap stages": _summary(pmodel, plain), "with gap stages": _summary(model, staged)}
@@ -658,9 +658,10 @@ _WITHIN_FROM_NNZ = 150_000
 _WITHIN_MIN_S = 2.0     # seconds left, at least, to start it
 
 
-def _follows(options: SolveOptions, model: MilpArrays) -> bool:
-    """Whether a solve of this whole-stage model may be followed by the within-stage model (`_within_stage`)."""
-    return "instage" not in options.params and model.index.size <= _WITHIN_FROM_NNZ
+def _follows(options: SolveOptions, nonzeros: float) -> bool:
+    """Whether a solve of a whole-stage model of `nonzeros` may be followed by the within-stage model
+    (`_within_stage`)."""
+    return "instage" not in options.params and nonzeros <= _WITHIN_FROM_NNZ
 
 
 def _within_stage(graph: Graph, cluster: Cluster, options: SolveOptions, sched: Schedule,
@@ -675,12 +676,11 @@ def _within_stage(graph: Graph, cluster: Cluster, options: SolveOptions, sched: 
     models becomes 1.1679x, the bound of every schedule). `params["instage"]` True or False picks one model, no
     follow-up."""
     r = sched.report
-    if "instage" in options.params or r.status == "interrupted":
+    if not _follows(options, r.extra.get("nonzeros", math.inf)) or r.status == "interrupted":
         return sched
     above = _gap(r.objective, r.extra.get("schedule_lower_bound", 0.0))
     left = options.time_limit - (time.perf_counter() - t_start)
-    if above is None or above <= options.gap or left < _WITHIN_MIN_S or \
-            r.extra.get("nonzeros", math.inf) > _WITHIN_FROM_NNZ:
+    if above is None or above <= options.gap or left < _WITHIN_MIN_S:
         return sched
     try:
         within = milp(graph, cluster, replace(options, warm_start=sched, time_limit=left, write_model=None,
