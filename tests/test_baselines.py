@@ -187,3 +187,60 @@ def test_single_device_cluster_without_accelerator():
     s = keep_everything(g, cpu)
     assert {x.device for x in s.instructions} == {"cpu0"}
     assert simulate(g, cpu, s).valid
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_memory_order_is_a_topological_order_of_every_node(seed):
+    from optsched.solvers.baselines import memory_order
+
+    g = random_training_graph(30, seed)
+    order = memory_order(g)
+    assert sorted(order) == list(range(len(g)))
+    pos = {v: k for k, v in enumerate(order)}
+    a = g.arrays
+    for v in range(len(g)):
+        assert all(pos[u] < pos[v] for u in a.in_idx[a.in_ptr[v]:a.in_ptr[v + 1]].tolist())
+
+
+def _peaks(g, transient):
+    """Simulated peak of every plan chen-greedy tries (plain or transient), smallest first."""
+    from optsched.schedule import Schedule
+    from optsched.solvers import baselines as B
+    from optsched.solvers.sequential import sequential_instructions
+
+    late = B.backward_phase(g)
+    fwd = B._forward_candidates(g, late)
+    order = B.memory_order(g) if transient else None
+    out = []
+    for k in range(len(fwd) + 1):
+        computes = B.checkpoint_computes(g, set(fwd[k:]), late, transient, order=order)
+        r = simulate(g, BIG, Schedule(tuple(sequential_instructions(g, "gpu0", computes)), graph=g.name))
+        assert r.valid, r.violation
+        out.append(r.peak["gpu0"])
+    return sorted(out)
+
+
+def test_transient_recomputation_reaches_budgets_the_segments_do_not():
+    # an 8-layer MLP's training step: Chen's segments keep what they recompute for the rest of the backward pass,
+    # so their smallest peak is 75% of keep-everything's; recomputing for each reader and discarding after it, in
+    # an order whose readers release values first, needs 62%. chen-greedy falls back on it only where no segment
+    # plan fits
+    torch = pytest.importorskip("torch")
+    from optsched.capture import capture
+    from optsched.capture.models import BUILTIN
+
+    torch.manual_seed(0)
+    ex = BUILTIN["mlp"](batch=1024, depth=8)
+    g = capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex.get("targets"), name="mlp-8")
+    ke = simulate(g, BIG, keep_everything(g, BIG)).peak["gpu0"]
+    plain, transient = _peaks(g, False)[0], _peaks(g, True)[0]
+    assert transient < 0.63 * ke < 0.67 * ke < plain
+    roomy = solve(g, single_accelerator(int(0.8 * ke)), "chen-greedy")
+    assert roomy.report.extra["transient"] is False
+    cl = single_accelerator(int(0.65 * ke))
+    s = solve(g, cl, "chen-greedy")
+    r = simulate(g, cl, s)
+    assert r.valid and s.report.extra["transient"] is True
+    assert r.peak["gpu0"] <= 0.65 * ke and r.makespan > simulate(g, BIG, roomy).makespan
+    with pytest.raises(OptschedError, match="smallest peak found"):
+        solve(g, single_accelerator(int(0.6 * ke)), "chen-greedy")

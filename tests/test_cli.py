@@ -176,18 +176,18 @@ def test_console_script_has_no_traceback(tmp_path):
 
 
 def test_no_schedule_found_is_exit_1_and_claims_no_proof(capsys, tmp_path):
-    # chen-greedy finds nothing in 1 GB, but the heuristic does (it runs some operations on the host): a
-    # solver that finds nothing must not say that nothing fits
+    # chen-greedy finds nothing in 800 MB (its smallest peak is 862 MB), but the heuristic does (it runs some
+    # operations on the host): a solver that finds nothing must not say that nothing fits
     out_file = tmp_path / "s.json"
-    code, _, err = run(capsys, "solve", "example:bert_l3", "--mem", "1GB", "--solver", "chen-greedy", "-o", out_file)
-    assert code == 1 and "no schedule found: chen-greedy" in err and "1.00 GB" in err
+    code, _, err = run(capsys, "solve", "example:bert_l3", "--mem", "800MB", "--solver", "chen-greedy", "-o", out_file)
+    assert code == 1 and "no schedule found: chen-greedy" in err and "800.00 MB" in err
     assert "no schedule fits" not in err and not out_file.exists()
-    code, _, _ = run(capsys, "solve", "example:bert_l3", "--mem", "1GB", "--solver", "heuristic", "-o", out_file)
+    code, _, _ = run(capsys, "solve", "example:bert_l3", "--mem", "800MB", "--solver", "heuristic", "-o", out_file)
     assert code == 0 and out_file.exists()
 
 
 def test_milp_without_a_schedule_in_time_says_so_once(capsys, tmp_path):
-    # no baseline fits this graph at half its keep-everything peak and 0.05 s is too short for the MILP: the
+    # no baseline fits this graph at 40% of its keep-everything peak and 0.05 s is too short for the MILP: the
     # message must not claim that no schedule fits (none was proven), nor say "no schedule" twice
     from optsched.cluster import Cluster, Device
     from optsched.formats.jsonio import save_graph
@@ -195,9 +195,9 @@ def test_milp_without_a_schedule_in_time_says_so_once(capsys, tmp_path):
     from optsched.simulate import simulate
     from optsched.solvers import keep_everything
 
-    g = random_training_graph(40, 3, window=2)
+    g = random_training_graph(40, 11, window=2)
     big = Cluster((Device("gpu0", "cuda", 10**15),))
-    mem = int(0.5 * simulate(g, big, keep_everything(g, big)).peak["gpu0"])
+    mem = int(0.4 * simulate(g, big, keep_everything(g, big)).peak["gpu0"])
     path = tmp_path / "g.json"
     save_graph(g, path)
     out_file = tmp_path / "s.json"
