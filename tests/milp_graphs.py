@@ -69,3 +69,16 @@ def blocks_graph(blocks: int, chain: int = 3) -> Graph:
                           required=b == 0))
         grad = f"g{b}"
     return check_graph(Graph(tuple(nodes), name=f"blocks-{blocks}x{chain}"))
+
+
+def captured_mlp(depth: int) -> Graph:
+    """The built-in MLP's training step (batch 1024) with `depth` layers, captured; skips without torch."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from optsched.capture import capture
+    from optsched.capture.models import BUILTIN
+
+    torch.manual_seed(0)
+    ex = BUILTIN["mlp"](batch=1024, depth=depth)
+    return capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex.get("targets"), name=f"mlp-{depth}")

@@ -225,13 +225,9 @@ def test_transient_recomputation_reaches_budgets_the_segments_do_not():
     # so their smallest peak is 75% of keep-everything's; recomputing for each reader and discarding after it, in
     # an order whose readers release values first, needs 62%. chen-greedy falls back on it only where no segment
     # plan fits
-    torch = pytest.importorskip("torch")
-    from optsched.capture import capture
-    from optsched.capture.models import BUILTIN
+    from milp_graphs import captured_mlp
 
-    torch.manual_seed(0)
-    ex = BUILTIN["mlp"](batch=1024, depth=8)
-    g = capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex.get("targets"), name="mlp-8")
+    g = captured_mlp(8)
     ke = simulate(g, BIG, keep_everything(g, BIG)).peak["gpu0"]
     plain, transient = _peaks(g, False)[0], _peaks(g, True)[0]
     assert transient < 0.63 * ke < 0.67 * ke < plain

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from milp_graphs import blocks_graph, gpu_host, ke_peak, one_gpu, small_dag, two_gpus
+from milp_graphs import blocks_graph, captured_mlp, gpu_host, ke_peak, one_gpu, small_dag, two_gpus
 
 from optsched import generate
 from optsched.cluster import Cluster, Device, Link, single_accelerator
@@ -608,22 +608,12 @@ def test_an_abandoned_highs_run_does_not_abort_the_process_at_exit(tmp_path):
     assert runs["plain"].returncode != 0      # the failure it prevents
 
 
-def _captured_mlp(depth: int) -> Graph:
-    torch = pytest.importorskip("torch")
-    from optsched.capture import capture
-    from optsched.capture.models import BUILTIN
-
-    torch.manual_seed(0)
-    ex = BUILTIN["mlp"](batch=1024, depth=depth)
-    return capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex.get("targets"), name=f"mlp-{depth}")
-
-
 def test_a_whole_stage_optimum_above_the_bound_is_followed_by_the_within_stage_model():
     # a 6-layer MLP at 75% of keep-everything's memory, staged cold over the topological order (no warm start):
     # the whole-stage count proves its optimum, which is more than 1% above the bound every schedule obeys;
     # counting memory within the stage, as the simulator does, admits a faster schedule over the same order,
     # which the default solve returns
-    g = _captured_mlp(6)
+    g = captured_mlp(6)
     cl = one_gpu(int(0.75 * ke_peak(g)))
     opts = SolveOptions(time_limit=60, threads=2, swap=False, params={"warm": False})
     whole = solve(g, cl, "milp", replace(opts, params={"instage": False, "warm": False}))
@@ -641,7 +631,7 @@ def test_a_whole_stage_optimum_above_the_bound_is_followed_by_the_within_stage_m
 
 
 def test_no_within_stage_follow_up_where_the_whole_stage_optimum_is_within_the_gap_of_the_bound():
-    g = _captured_mlp(4)
+    g = captured_mlp(4)
     cl = one_gpu(int(0.8 * ke_peak(g)))
     r = solve(g, cl, "milp", SolveOptions(time_limit=60, threads=2, swap=False)).report
     assert r.status == "optimal" and r.gap <= 0.01 and "stage_models" not in r.extra
@@ -653,7 +643,7 @@ def test_the_plain_models_proof_hands_the_rest_of_the_time_to_the_within_stage_m
     # a faster schedule that it cannot prove (both more than 5% above the bound every schedule obeys). The proof
     # stops the gap-stage run whichever settles first, and the within-stage model, started from the faster
     # schedule, reaches the bound
-    g = _captured_mlp(8)
+    g = captured_mlp(8)
     cl = one_gpu(int(0.7 * ke_peak(g)))
     s = solve(g, cl, "milp", SolveOptions(time_limit=60, threads=2, swap=False))
     r = s.report

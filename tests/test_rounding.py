@@ -4,12 +4,13 @@ recomputes nothing; at tight budgets it beats the list-scheduling heuristic and 
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from milp_graphs import one_gpu
+from milp_graphs import captured_mlp, ke_peak, one_gpu
 
 from optsched.errors import InfeasibleError
 from optsched.generate import random_training_graph
@@ -17,7 +18,7 @@ from optsched.schedule import Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, keep_everything, solve
 from optsched.solvers.milp_model import make_spec
-from optsched.solvers.rounding import _Relaxation, round_keep
+from optsched.solvers.rounding import BUDGET_SCALES, THRESHOLDS, _lp_roundings, _Relaxation, lp_rounding, round_keep
 
 
 def _ke(g):
@@ -206,3 +207,24 @@ def test_the_lower_bounds_plan_seeds_a_faster_schedule_than_the_lp_roundings(see
     assert r.valid and seeded.report.objective == pytest.approx(r.makespan)
     assert seeded.report.extra["seed"].startswith("bound at ") and plain.report.extra["seed"] == "lp"
     assert r.makespan < simulate(g, cl, plain).makespan * (1 - 1e-3)
+
+
+def test_where_every_keep_set_over_the_topological_order_overflows_the_memory_order_is_rounded():
+    # the 8-layer MLP at 65% of its keep-everything memory: no rounding of the LP over the topological order fits
+    # or can be repaired (its backward pass holds each layer's input gradient beside the value the weight gradient
+    # reads); over `memory_order`, whose readers release values first, one does
+    from optsched.solvers.baselines import memory_order
+
+    g = captured_mlp(8)
+    cl = one_gpu(int(0.65 * ke_peak(g)))
+    far = time.perf_counter() + 60
+
+    def roundings(order):
+        spec = make_spec(g, cl, order=order, swap=False, instage=False)
+        return _lp_roundings(g, cl, spec, "gpu0", THRESHOLDS, BUDGET_SCALES, 1, far, far, 3)[0]
+
+    assert roundings(None) == []
+    assert roundings(memory_order(g))
+    s = lp_rounding(g, cl, SolveOptions(time_limit=30, threads=1))
+    r = simulate(g, cl, s)
+    assert r.valid and s.report.objective == pytest.approx(r.makespan)
