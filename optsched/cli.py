@@ -244,6 +244,7 @@ def cmd_solve(args) -> int:
                         progress=_progress_printer(args.json or not sys.stderr.isatty()),
                         params={**{k: True for k, on in (("coarsen", args.coarsen), ("instage", args.within_stage))
                                    if on}, **({"highs": _highs_options(args.highs)} if args.highs else {}),
+                                **({"host_compute": False} if args.no_host_compute else {}),
                                 **({"cuts": args.cuts} if args.cuts is not None else {})})
     if args.devices is not None and args.devices < 1:
         raise OptschedError("--devices must be at least 1")
@@ -251,6 +252,9 @@ def cmd_solve(args) -> int:
         raise OptschedError(f"--cuts must be 0 (off) or a depth of inputs, 1 or more, not {args.cuts}")
     if args.cuts and args.solver != "milp":
         raise OptschedError(f"--cuts applies to the milp solver (HiGHS), not to {args.solver!r}")
+    if args.no_host_compute and args.solver != "milp" and not args.solver.startswith("pulp"):
+        raise OptschedError(f"--no-host-compute applies to the MILP (milp, pulp), not to {args.solver!r}",
+                            hint="the single-device solvers run on one accelerator already (--device)")
     if args.highs and args.solver != "milp":
         raise OptschedError(f"--highs sets options of the milp solver (HiGHS), not of {args.solver!r}")
     if args.plot:
@@ -603,6 +607,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", type=int, help="use at most this many accelerators")
     p.add_argument("--no-swap", action="store_true", help="never copy tensors to the host and back")
     p.add_argument("--no-recompute", action="store_true", help="never recompute an operation")
+    p.add_argument("--no-host-compute", action="store_true",
+                   help="MILP: the host runs no operation, it only holds swapped tensors; with --no-swap and "
+                        "--devices 1 this is Checkmate's problem (one accelerator, recompute only), whose "
+                        "recomputation lower bound then applies")
     p.add_argument("--write-model", help="MILP: also write the model as .mps or .lp")
     p.add_argument("--coarsen", action="store_true",
                    help="MILP: fold chains of cheap operations first (a smaller model, no bound for the full graph)")

@@ -251,6 +251,17 @@ def test_cuts_option(capsys):
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_no_host_compute_takes_the_host_out_of_a_one_device_recompute_only_solve(capsys):
+    base = ["solve", "example:tiny", "--mem", "1.1MB", "--no-swap", "--devices", "1", "--json"]
+    code, out, err = run(capsys, *base, "--no-host-compute")
+    d = json.loads(out)
+    assert code == 0 and d["solver"]["status"] == "optimal" and d["valid"], err
+    assert {x["device"]: x["busy_s"] for x in d["devices"]}["host"] == 0
+    for solver in ("dtr", "lp-rounding"):
+        code, _, err = run(capsys, *base, "--no-host-compute", "--solver", solver)
+        assert code == 2 and f"not to '{solver}'" in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_highs_options(capsys):
     from optsched.cli import _highs_options
 

@@ -21,7 +21,7 @@ from optsched import generate
 from optsched.cluster import Cluster, Device, Link, single_accelerator
 from optsched.errors import InfeasibleError
 from optsched.graph import Graph, Node, check_graph, largest_operation, memory_lower_bound
-from optsched.schedule import Copy, Schedule
+from optsched.schedule import Compute, Copy, Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, get_solver, solve
 from optsched.solvers import baselines as B
@@ -653,3 +653,20 @@ def test_the_plain_models_proof_hands_the_rest_of_the_time_to_the_within_stage_m
     assert r.objective < whole["objective"] and r.bound <= r.objective
     sim = simulate(g, cl, s)
     assert sim.valid and sim.makespan <= r.objective * (1 + 1e-9)
+
+
+def test_a_host_that_neither_computes_nor_holds_copies_is_left_out_of_the_model():
+    # no swapping and no host compute on one accelerator is Checkmate's problem: the host has no part, so the
+    # one-device recomputation bound applies; a host that may compute (and copy results over) voids it
+    from optsched.solvers.bounds import lower_bounds
+    from optsched.solvers.milp_model import spec_for
+
+    g = generate.random_training_graph(12, 0)
+    cl = single_accelerator(int(0.9 * ke_peak(g)))
+    on = spec_for(g, cl, SolveOptions(swap=False, devices=1))
+    off = spec_for(g, cl, SolveOptions(swap=False, devices=1, params={"host_compute": False}))
+    assert [cl.devices[i].name for i in off.dev] == ["gpu0"] and len(on.dev) == 2
+    assert lower_bounds(off)["recompute"] is not None and lower_bounds(on)["recompute"] is None
+    s = solve(g, cl, "milp", SolveOptions(swap=False, devices=1, time_limit=30, threads=1,
+                                          params={"host_compute": False}))
+    assert simulate(g, cl, s).valid and {x.device for x in s.instructions if isinstance(x, Compute)} == {"gpu0"}

@@ -78,7 +78,8 @@ Reductions and what they cost:
   2.2% -> 3.3%, gpt2-3 at 40% 6.7% -> 16.5% (its root unfinished)
   (experiments/results/milp_checkmate_cuts.csv beside milp_checkmate.csv).
 - `options.params`: {"window": K} overrides K; {"host_compute": False} keeps
-  the host to swap space only; {"coarsen": True} solves the graph with its
+  the host to swap space only (left out of the model when swapping is off too:
+  Checkmate's problem, CLI --no-host-compute); {"coarsen": True} solves the graph with its
   cheap chains folded (`coarsen.py`) and expands the result: a smaller model,
   a restriction (only `bounds.lower_bounds` is reported as the bound);
   {"highs": {name: value}} sets HiGHS options (over `_HIGHS_DEFAULTS`).

@@ -88,6 +88,8 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
             if devices is not None and accel_seen >= devices:
                 continue
             accel_seen += 1
+        elif not (host_compute or swap):
+            continue        # a host that neither computes nor holds copies has no part in the model
         dev.append(i)
     nD = len(dev)
     ccost = np.full((nD, n), np.nan)
