@@ -55,11 +55,13 @@ class ClusterError(OptschedError):
 class InfeasibleError(OptschedError):
     """No schedule fits the budget; the message says how much would. `proven` False: the search found none (out
     of time, or over a restricted set of schedules: `restricted`, never proven), which does not prove there is
-    none."""
+    none. `closest`: where the solver has one, its schedule with the smallest peak (over the budget), so that a
+    caller can say at which budget a schedule was found."""
 
-    def __init__(self, message: str, *, proven: bool = True, restricted: bool = False, **where):
+    def __init__(self, message: str, *, proven: bool = True, restricted: bool = False, closest=None, **where):
         self.proven = proven and not restricted
         self.restricted = restricted
+        self.closest = closest
         super().__init__(message, **where)
 
     @property

@@ -176,6 +176,22 @@ def test_write_model_is_readable(tmp_path, ext):
     assert h.getModelStatus() == highspy.HighsModelStatus.kOptimal
 
 
+def test_the_smallest_budget_found_counts_the_peaks_of_candidates_that_did_not_fit():
+    # the 8-layer MLP at 60% of its keep-everything memory: no candidate fits and the MILP's stage model has no
+    # solution; chen-greedy's transient plan peaks at 62%, below every schedule a candidate returned, and the
+    # message must say so (it said 77%, chen-sqrt's, when the failed candidates' schedules were dropped)
+    g = captured_mlp(8)
+    cl = one_gpu(int(0.6 * ke_peak(g)))
+    with pytest.raises(InfeasibleError) as e:
+        solve(g, cl, "chen-greedy")
+    closest = simulate(g, cl, e.value.closest).peak["gpu0"]
+    assert cl.devices[0].memory < closest < 0.63 * ke_peak(g)
+    with pytest.raises(InfeasibleError) as e:
+        solve(g, cl, "milp", SolveOptions(swap=False, time_limit=60, threads=2))
+    assert not e.value.proven and "smallest budget at which a schedule was found: " in str(e.value)
+    assert f"({closest} bytes)" in str(e.value)
+
+
 def test_infeasible_budget_says_both_numbers():
     g = generate.random_training_graph(3, 1)
     lb = memory_lower_bound(g)

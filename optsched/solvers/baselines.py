@@ -283,13 +283,14 @@ def _best_fitting(graph: Graph, cluster: Cluster, name: str, options: SolveOptio
         r = simulate(graph, cluster, sched)
         pk = r.peak[dev.name]
         if best_peak is None or pk < best_peak:
-            best_peak = pk
+            best_peak, closest = pk, sched
         if r.valid and (best is None or (r.makespan, pk) < best[0]):
             best = ((r.makespan, pk), sched, b, len(dropped), r, transient)
     if best is None:
         raise not_found(graph, cluster, f"{name}: the smallest peak found is {format_size(best_peak)}, over the "
                         f"budget of {format_size(dev.memory)} on {dev.name}",
-                        hint="raise the budget, or use a solver that swaps (offload-all, heuristic) or the milp")
+                        hint="raise the budget, or use a solver that swaps (offload-all, heuristic) or the milp",
+                        closest=closest)
     _, sched, b, ndrop, r, transient = best
     ex = dict(extra or {})
     ex.update(segment_budget=b if b is not None else float("inf"), checkpoints=len(forward) - ndrop, peak=r.peak,

@@ -211,9 +211,13 @@ _ROOM = 0.01              # skip lp-rounding when a candidate is within 1% of ke
 
 
 def _candidate(graph, cluster, options, fn, share=_CANDIDATE_SHARE):
+    """`fn`'s schedule; where it finds none that fits, the one with the smallest peak it reached (over the budget:
+    `_infeasible` reports it as the smallest budget at which a schedule was found), if any."""
     try:
         return fn(graph, cluster, replace(options, warm_start=None, progress=None, params={},
                                           time_limit=options.time_limit * share))
+    except InfeasibleError as e:
+        return e.closest
     except OptschedError:
         return None
 

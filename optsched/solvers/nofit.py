@@ -40,10 +40,12 @@ def no_room(graph: Graph, at) -> str:
     return f"when it first computes {names}, every schedule must hold more than the budget, whatever it recomputes"
 
 
-def not_found(graph: Graph, cluster: Cluster, message: str, hint: str | None = None) -> InfeasibleError:
+def not_found(graph: Graph, cluster: Cluster, message: str, hint: str | None = None,
+              closest=None) -> InfeasibleError:
     """The error for a solver that found no schedule: proven when an operation fits no device of the cluster
     that can run it, or when the recomputation bound shows that nothing fits (with the budget below which
-    nothing does), else unproven with `message` (what the solver tried)."""
+    nothing does), else unproven with `message` (what the solver tried) and `closest`, its schedule with the
+    smallest peak."""
     from .bounds import least_budget
     from .milp_model import make_spec
 
@@ -58,4 +60,4 @@ def not_found(graph: Graph, cluster: Cluster, message: str, hint: str | None = N
         return InfeasibleError(f"budget {budgets}; whatever it recomputes, no schedule fits under "
                                f"{format_size(least)} ({least} bytes)",
                                hint="raise the budget, add devices, or allow swapping")
-    return InfeasibleError(message, hint=hint, proven=False)
+    return InfeasibleError(message, hint=hint, proven=False, closest=closest)
