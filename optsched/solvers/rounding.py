@@ -251,7 +251,10 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     dev = pick_device(graph, cluster, options.device)
     thresholds = tuple(p.get("thresholds", THRESHOLDS))
     scales = tuple(p.get("budget_scales", BUDGET_SCALES))
-    spec = make_spec(graph, Cluster((dev,)), swap=False, instage=False)     # one spec for every scale
+    def spec_over(order=None) -> ModelSpec:      # one spec for every scale
+        return make_spec(graph, Cluster((dev,)), order=order, swap=False, instage=False)
+
+    spec = spec_over()
     seeds = int(p.get("seeds", _SEEDS))
     lp_deadline = deadline - (_SEED_SHARE * options.time_limit if seeds else 0.0)
     polish = p.get("polish", True)
@@ -265,7 +268,7 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     if not found and time.perf_counter() < deadline:
         # every keep-set over the topological order overflows: the same over an order whose readers release values
         # first (the 8-layer MLP at 65% of its keep-everything memory: 1.46x its time, where none fitted)
-        spec = make_spec(graph, Cluster((dev,)), order=memory_order(graph), swap=False, instage=False)
+        spec = spec_over(memory_order(graph))
         found, more, lp = _lp_roundings(graph, cluster, spec, dev.name, thresholds, scales, options.threads,
                                         deadline, deadline, best)
         tried += more
