@@ -144,6 +144,34 @@ def test_the_coupled_bound_is_tight_where_each_moment_alone_is_not(monkeypatch):
     assert one["recompute"] == pytest.approx(11.0) and len(one["at"]) == 1
 
 
+def weight_gradient_graph() -> Graph:
+    """x -> a -> l -> gl, then X(gl) (4 bytes) -> gx and the weight gradient w(gl, a) (2 bytes), both required: w
+    is neither above nor below X, so a schedule computes it before X or after, as it likes."""
+    def op(i, kind, ins, cost, size, required=False):
+        return Node(i, "op", kind, ins, {"cuda": cost}, size, required=required)
+    nodes = (Node("x", "data", "input", (), {"cuda": 0.0}, 1, recomputable=False),
+             op("a", "forward", ("x",), 3.0, 2), op("l", "loss", ("a",), 1.0, 1), op("gl", "backward", ("l",), 1.0, 1),
+             op("X", "backward", ("gl",), 1.0, 4), op("w", "backward", ("gl", "a"), 1.0, 2, True),
+             op("gx", "backward", ("X",), 1.0, 1, True))
+    return check_graph(Graph(nodes, name="weight-gradient"))
+
+
+def test_what_only_an_operation_beside_the_moment_reads_is_held_or_computed_again(monkeypatch):
+    # 6 bytes: computing X (gl and X, 5 bytes) leaves room for neither a nor w. A moment that counted only what X's
+    # descendants read would let a go for nothing (the bound: the work, 8 s); but w, computed before X, must be
+    # held or computed again, and computed after, needs a: every schedule takes 13 s, and the bound says so
+    g = weight_gradient_graph()
+    spec = make_spec(g, one_gpu(6), swap=False)
+    best, steps = exhaustive(g, 6)
+    r = simulate(g, one_gpu(6), Schedule(tuple(steps)))
+    assert r.valid and r.makespan == pytest.approx(best) and best == pytest.approx(13.0)
+    b = lower_bounds(spec)
+    assert b["work"] == pytest.approx(8.0) and b["floor"] == b["recompute"] == pytest.approx(13.0)
+    coupled = bounds._coupled
+    monkeypatch.setattr(bounds, "_coupled", lambda *a: coupled(*a[:7], free=False))
+    assert lower_bounds(spec)["floor"] == pytest.approx(8.0)
+
+
 def test_below_the_least_budget_no_schedule_fits_and_every_single_gpu_solver_says_so_proven():
     # the largest operation (l with its input b: 200 bytes, or gb with l and b: 250) fits in 300, yet every
     # schedule needs 350: computing l or gb leaves no room for a, which ga reads, and recomputing a then needs x

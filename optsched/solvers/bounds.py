@@ -15,17 +15,23 @@ branch and bound closes slowly.
   result, v is either resident at that moment or computed again afterwards. The resident ones, with x's
   inputs, output and workspace, fit in the budget. The cheapest such choice is a small integer programme (a
   knapsack with precedence), and its HiGHS dual bound, at the operations where keep-everything holds the most,
-  bounds the recomputation time of every schedule.
+  bounds the recomputation time of every schedule. The operations neither above nor below x (free: weight
+  gradients of layers whose backward is done, say) are computed before x or after it, whichever the schedule
+  likes: a 0/1 column each, closed under inputs. One computed before x and read by one computed after, or
+  required, is resident at x or computed again, as an ancestor is; without them a schedule could drop at x the
+  activations only a weight gradient reads and hold neither them nor the gradient (the transformer at 50% of its
+  keep-everything memory: the coupled bound 1.162x -> 1.185x of keep-everything's time, which the MILP's schedule
+  reaches; bert at 40%: 1.474x -> 1.487x).
 - coupled recompute (same setting): the moments x_1, ..., x_k of a chain of those operations, each an ancestor of
   the next (so first computed in that order), taken together. Between two moments the intervals are disjoint, so
   the recomputations in each add up; a value resident at x_{j+1} and computed before x_j was resident at x_j or
   computed again in between (nothing but a computation brings a value back on one device without copies); a value
   first read in the interval ending at x_{m} was resident at x_j or computed again before x_{m}; a recomputation
-  in an interval reads inputs resident at its start or computed again within it. Dropping a value at the peak
-  then costs its recomputation and the room it takes again later, where the single moment charged only the
-  first (bert at 40% of its keep-everything memory: 1.36x -> 1.47x of keep-everything's time). Each moment's own
-  bound is a row of it (every schedule recomputes at least that much after the moment), so its LP starts at the
-  best single one.
+  in an interval reads inputs resident at its start or computed again within it; a free operation computed before
+  x_j is computed before x_{j+1}. Dropping a value at the peak then costs its recomputation and the room it takes
+  again later, where the single moment charged only the first (bert at 40% of its keep-everything memory: 1.36x ->
+  1.47x of keep-everything's time). Each moment's own bound is a row of it (every schedule recomputes at least
+  that much after the moment), so its LP starts at the best single one.
 
 Only operations that some required result depends on count: a schedule need not compute the others.
 
@@ -33,7 +39,8 @@ The same relaxations prove that no schedule fits: when one has no point at all (
 moment exceeds the budget whatever is recomputed), `recompute` and `floor` are infinite. `least_budget` bisects the
 budget for the smallest at which these relaxations have a point, a memory floor far above the largest operation's
 (the GPT-2 training graph of 236 operations: 29.9% of its keep-everything memory, against 24.5% for its largest
-operation; BERT: 38.8% against 31.8%).
+operation; BERT: 38.8% against 31.8%). It leaves the free operations out: with them each check takes several times
+longer, and in the same two seconds the bisection stopped at 24.5% on GPT-2.
 """
 
 from __future__ import annotations
@@ -108,10 +115,10 @@ def least_budget(spec: ModelSpec, seconds: float = _SECONDS, if_over: bool = Fal
         budget[d] = b
         at = replace(spec, budget=budget)
         for x in cands:
-            problem = _at(at, d, x, needed, dst, anc[x])
-            if problem is not None and not feasible(problem):     # None: x has no ancestors
+            programme = _at(at, d, x, needed, dst, anc[x], free=False)
+            if programme is not None and not feasible(programme[0]):     # None: x has no ancestors
                 return False
-        return len(chain) < 2 or feasible(_coupled(at, d, chain, needed, dst, anc, {}))
+        return len(chain) < 2 or feasible(_coupled(at, d, chain, needed, dst, anc, {}, free=False)[0])
 
     # each operation a schedule must compute holds its inputs, output and workspace at once
     ops = np.bincount(dst, weights=spec.nbytes[spec.in_idx], minlength=spec.n) + spec.nbytes + spec.ws
@@ -143,30 +150,30 @@ def moment_plans(spec: ModelSpec, count: int = _INTEGER,
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
     lp, anc = _ranked(spec, d, needed, dst, seconds)
     out, extra = [], 0.0
-    for k, (val, x, problem) in enumerate(lp[:count]):
+    for k, (val, x, (problem, r)) in enumerate(lp[:count]):
         if not 0 < val < np.inf:
             continue
         left = seconds - (time.perf_counter() - t0)
         bound, z = _solve(problem, True, max(left, 0.01) / (min(count, len(lp)) - k), point=True)
         extra = max(extra, bound)
         if z is not None:
-            a = np.flatnonzero(anc[x])
-            out.append((x, a[z[a.size:] > 0.5]))
+            v = np.flatnonzero(r >= 0)
+            out.append((x, v[z[r[v]] > 0.5]))
     return out, (float(np.nan_to_num(spec.ccost[d, needed]).sum()) + extra) / TIME_SCALE
 
 
 def _ranked(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, seconds: float) -> tuple[list, dict]:
-    """([(LP value, x, `_at`'s programme)] over the candidate moments, largest first; {x: x's ancestors}), the
-    candidates taken in turn for about half of `seconds`."""
+    """([(LP value, x, `_at`'s (programme, columns))] over the candidate moments, largest first; {x: x's
+    ancestors}), the candidates taken in turn for about half of `seconds`."""
     t0 = time.perf_counter()
     lp, anc = [], {}
     for x in _candidates(spec, needed, dst).tolist():
         if time.perf_counter() - t0 > seconds / 2:
             break
         anc[x] = _reach(spec.in_ptr, spec.in_idx, x, spec.n)
-        problem = _at(spec, d, x, needed, dst, anc[x])
-        if problem is not None:
-            lp.append((_solve(problem, False, seconds), x, problem))
+        programme = _at(spec, d, x, needed, dst, anc[x])
+        if programme is not None:
+            lp.append((_solve(programme[0], False, seconds), x, programme))
     lp.sort(key=lambda z: -z[0])
     return lp, anc
 
@@ -234,7 +241,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float,
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
     lp, anc = _ranked(spec, d, needed, dst, seconds)
     single = {}                         # x -> what every schedule recomputes after x's first computation
-    for k, (val, x, problem) in enumerate(lp):
+    for k, (val, x, (problem, _)) in enumerate(lp):
         if k < _INTEGER and time.perf_counter() - t0 < seconds:
             val = max(val, _solve(problem, True, max(seconds - (time.perf_counter() - t0), 0.01) / (_INTEGER - k)))
         single[x] = val
@@ -245,7 +252,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float,
     if single[top] > 0 and (reach is None or single[top] < reach):
         chain = _chain(spec, top, list(single), anc)
         if len(chain) > 1:
-            val = _solve(_coupled(spec, d, chain, needed, dst, anc, single), True, _COUPLED)
+            val = _solve(_coupled(spec, d, chain, needed, dst, anc, single)[0], True, _COUPLED)
             if val > best * (1 + 1e-9):
                 best, at = val, tuple(chain)
     return best, at
@@ -284,65 +291,50 @@ def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
     return chain
 
 
-def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray, dst: np.ndarray, anc: np.ndarray):
-    """The integer programme at operation x (`anc`: its ancestors), as arrays (see the module docstring), or None
-    when it is empty or cannot hold (x's inputs, output and workspace over the budget: `nofit` says so)."""
-    n = spec.n
-    desc = _reach(spec.out_ptr, spec.out_idx, x, n) & needed     # computed after x (the others maybe never)
-    A = np.flatnonzero(anc)
-    na = A.size
-    if not na:
-        return None
-    k = np.full(n, -1, dtype=np.int64)
-    k[A] = np.arange(na)
-    src = spec.in_idx
-    # v read by a descendant of x, or required: resident at x or computed again
-    later = np.zeros(n, dtype=bool)
-    later[src[desc[dst] & anc[src]]] = True
-    later |= spec.required & anc
-    cover = np.flatnonzero(later[A])
-    # v read by an ancestor c computed again: resident at x or computed again (s_v + r_v - r_c >= 0)
-    e = anc[src] & anc[dst] & ~spec.once[dst]
-    es, ed = k[src[e]], k[dst[e]]
-    ncov, ne = cover.size, es.size
-    rows_idx = np.concatenate([np.stack([cover, na + cover], 1).ravel(),
-                               np.stack([es, na + es, na + ed], 1).ravel(), np.arange(na)])
-    rows_val = np.concatenate([np.ones(2 * ncov), np.tile([1.0, 1.0, -1.0], ne), spec.nbytes[A]])
-    start = np.concatenate([np.arange(ncov) * 2, 2 * ncov + np.arange(ne) * 3, [2 * ncov + 3 * ne],
-                            [2 * ncov + 3 * ne + na]])
+def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray, dst: np.ndarray, anc: np.ndarray, free: bool = True):
+    """(the integer programme at operation x (`anc`: its ancestors) as arrays, its column r[v] per operation
+    (`_coupled`'s R[0])), or None when x has no ancestors or cannot hold (x's inputs, output and workspace over the
+    budget: `nofit` says so)."""
     inputs = spec.in_idx[spec.in_ptr[x]:spec.in_ptr[x + 1]]
-    cap = spec.budget[d] - spec.nbytes[x] - spec.ws[x]
-    lb = np.zeros(2 * na)
-    lb[k[inputs]] = 1.0
-    if spec.nbytes[inputs].sum() > cap:
+    if not anc.any() or spec.nbytes[inputs].sum() > spec.budget[d] - spec.nbytes[x] - spec.ws[x]:
         return None
-    ub = np.ones(2 * na)
-    ub[na:][spec.once[A] | ~needed[A]] = 0.0
-    cost = np.concatenate([np.zeros(na), np.nan_to_num(spec.ccost[d, A])])
-    row_lo = np.concatenate([np.ones(ncov), np.zeros(ne), [-np.inf]])
-    row_hi = np.concatenate([np.full(ncov + ne, np.inf), [cap]])
-    return cost, lb, ub, row_lo, row_hi, start, rows_idx, rows_val
+    problem, R = _coupled(spec, d, [x], needed, dst, {x: anc}, {}, free)
+    return problem, R[0]
 
 
 def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst: np.ndarray, anc: dict,
-             single: dict):
-    """The coupled integer programme over the chain's moments (see the module docstring), as `_at`'s arrays: per
-    moment j and ancestor v of x_j, s_j[v] (resident at x_j) and r_j[v] (computed again before x_{j+1}, or after
-    x_k for the last). `single[x]`: what every schedule recomputes after x, a row where known."""
+             single: dict, free: bool = True):
+    """(the integer programme over the chain's moments (see the module docstring) as arrays, R): per moment j,
+    for each ancestor of x_j and each operation neither before nor after it in every order (free), s_j[v]
+    (resident at x_j) and r_j[v] (computed again before x_{j+1}, or after x_k for the last; the column R[j, v]),
+    and for each free one p_j[v] (computed before x_j). `single[x]`: what every schedule recomputes after x, a row
+    where known. `free` False leaves the free operations out (a weaker programme, several times faster to
+    prove infeasible)."""
     n, k, src = spec.n, len(chain), spec.in_idx
-    A = [np.flatnonzero(anc[x]) for x in chain]
-    size = np.array([a.size for a in A])
-    off = np.concatenate([[0], np.cumsum(2 * size)])
-    S = np.full((k, n), -1, dtype=np.int64)             # column of s_j[v]
-    for j, a in enumerate(A):
-        S[j, a] = off[j] + np.arange(a.size)
-    R = S + size[:, None]                                # column of r_j[v]
-    ncol = int(off[-1])
+    # pre[j, v]: 1 v is computed before x_j in every order, -1 either way (a column p_j[v]), 0 neither (after it,
+    # x_j itself, or no schedule needs it); after[j, v]: v is a descendant of x_j that some schedule needs
+    pre = np.zeros((k, n), dtype=np.int8)
+    after = np.zeros((k, n), dtype=bool)
+    for j, x in enumerate(chain):
+        after[j] = needed & _reach(spec.out_ptr, spec.out_idx, x, n)
+        if free:
+            pre[j, needed & ~anc[x] & ~after[j]] = -1
+            pre[j, x] = 0
+        pre[j, anc[x]] = 1
+    S, R, P = (np.full((k, n), -1, dtype=np.int64) for _ in range(3))
+    ncol = 0
+    for j in range(k):
+        v, f = np.flatnonzero(pre[j] != 0), np.flatnonzero(pre[j] == -1)
+        S[j, v] = ncol + np.arange(v.size)
+        R[j, v] = ncol + v.size + np.arange(v.size)
+        P[j, f] = ncol + 2 * v.size + np.arange(f.size)
+        ncol += 2 * v.size + f.size
     cost, lb, ub = np.zeros(ncol), np.zeros(ncol), np.ones(ncol)
-    for j, (x, a) in enumerate(zip(chain, A, strict=True)):
+    for j, x in enumerate(chain):
+        v = np.flatnonzero(pre[j] != 0)
         lb[S[j, src[spec.in_ptr[x]:spec.in_ptr[x + 1]]]] = 1.0
-        cost[R[j, a]] = np.nan_to_num(spec.ccost[d, a])
-        ub[R[j, a[spec.once[a]]]] = 0.0
+        cost[R[j, v]] = np.nan_to_num(spec.ccost[d, v])
+        ub[R[j, v[spec.once[v]]]] = 0.0
     upto = np.full((k, n), k, dtype=np.int64)           # upto[j, w]: the first i > j with w = x_i or above it
     for i in range(k - 1, 0, -1):
         mine = anc[chain[i]].copy()
@@ -355,49 +347,72 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
         ci.append(cols)
         vi.append(np.broadcast_to(np.asarray(val, dtype=float), cols.shape))
 
-    def new_rows(m: int, low: float, high: float) -> np.ndarray:
+    def new_rows(m: int, low, high) -> np.ndarray:
         first = len(lo)
-        lo.extend([low] * m)
-        hi.extend([high] * m)
+        lo.extend(np.broadcast_to(np.asarray(low, dtype=float), (m,)).tolist())
+        hi.extend(np.broadcast_to(np.asarray(high, dtype=float), (m,)).tolist())
         return np.arange(first, first + m)
 
-    for j, (x, a) in enumerate(zip(chain, A, strict=True)):
+    for j, x in enumerate(chain):
+        v, f = np.flatnonzero(pre[j] != 0), np.flatnonzero(pre[j] == -1)
         # memory at x_j
-        add(np.repeat(new_rows(1, -np.inf, spec.budget[d] - spec.nbytes[x] - spec.ws[x]), a.size), S[j, a],
-            spec.nbytes[a])
-        # v read by a descendant w of x_j (first computed before x_upto[j, w]), or required: resident at x_j or
-        # computed again before that read (after x_j)
-        e = (_reach(spec.out_ptr, spec.out_idx, x, n) & needed)[dst] & anc[x][src]
-        until = np.full(n, k - 1, dtype=np.int64)
-        np.minimum.at(until, src[e], upto[j, dst[e]] - 1)
-        later = np.zeros(n, dtype=bool)
-        later[src[e]] = True
-        cov = a[later[a] | spec.required[a]]
-        rid = new_rows(cov.size, 1.0, np.inf)
-        add(rid, S[j, cov], 1.0)
+        add(np.repeat(new_rows(1, -np.inf, spec.budget[d] - spec.nbytes[x] - spec.ws[x]), v.size), S[j, v],
+            spec.nbytes[v])
+        # a free operation is resident at x_j, or computed again after it, only if computed before it
+        for cols in (S, R):
+            rid = new_rows(f.size, -np.inf, 0.0)
+            add(rid, cols[j, f], 1.0)
+            add(rid, P[j, f], -1.0)
+        # computed before x_j: so are its inputs; and it is computed before x_{j+1}
+        e = (pre[j, src] == -1) & (pre[j, dst] == -1)
+        rid = new_rows(int(e.sum()), -np.inf, 0.0)
+        add(rid, P[j, dst[e]], 1.0)
+        add(rid, P[j, src[e]], -1.0)
+        if j + 1 < k:
+            g = f[pre[j + 1, f] == -1]
+            rid = new_rows(g.size, -np.inf, 0.0)
+            add(rid, P[j, g], 1.0)
+            add(rid, P[j + 1, g], -1.0)
+        # v computed before x_j and read by w computed after it (a descendant a schedule needs, or a free operation
+        # not computed before x_j; w first computed before x_upto[j, w]), or required: resident at x_j or computed
+        # again before that read. s + sum r - p_v + p_w >= 0, p_v = 1 for an ancestor
+        later = after[j, dst] | (pre[j, dst] == -1)
+        e = (pre[j, src] != 0) & later
+        req = v[spec.required[v]]
+        es, ew = np.concatenate([src[e], req]), np.concatenate([dst[e], np.full(req.size, -1)])
+        until = np.where(ew >= 0, upto[j, ew] - 1, k - 1)
+        rid = new_rows(es.size, (pre[j, es] == 1).astype(float), np.inf)
+        add(rid, S[j, es], 1.0)
         for i in range(j, k):
-            on = until[cov] >= i
-            add(rid[on], R[i, cov[on]], 1.0)
+            on = until >= i
+            add(rid[on], R[i, es[on]], 1.0)
+        fv, fw = pre[j, es] == -1, (ew >= 0) & (pre[j, ew] == -1)
+        add(rid[fv], P[j, es[fv]], -1.0)
+        add(rid[fw], P[j, ew[fw]], 1.0)
         # a recomputation before x_{j+1} reads inputs resident at x_j or computed again before it
-        e = anc[x][src] & anc[x][dst] & ~spec.once[dst]
+        e = (pre[j, dst] != 0) & ~spec.once[dst]
         rid = new_rows(int(e.sum()), 0.0, np.inf)
         add(rid, S[j, src[e]], 1.0)
         add(rid, R[j, src[e]], 1.0)
         add(rid, R[j, dst[e]], -1.0)
-        # resident at x_{j+1}: resident at x_j or computed again in between
+        # resident at x_{j+1} and computed before x_j: resident at x_j or computed again in between
         if j + 1 < k:
-            rid = new_rows(a.size, 0.0, np.inf)
-            add(rid, S[j, a], 1.0)
-            add(rid, R[j, a], 1.0)
-            add(rid, S[j + 1, a], -1.0)
+            w = v[S[j + 1, v] >= 0]
+            fr = pre[j, w] == -1
+            rid = new_rows(w.size, np.where(fr, -1.0, 0.0), np.inf)
+            add(rid, S[j, w], 1.0)
+            add(rid, R[j, w], 1.0)
+            add(rid, S[j + 1, w], -1.0)
+            add(rid[fr], P[j, w[fr]], -1.0)
         # every schedule recomputes at least x_j's own bound after it
         if single.get(x, 0.0) > 0:
-            cs = R[j:, a].ravel()
+            cs = R[j:, v].ravel()
+            cs = cs[cs >= 0]
             add(np.repeat(new_rows(1, single[x], np.inf), cs.size), cs, cost[cs])
     rows, cols, vals = np.concatenate(ri), np.concatenate(ci), np.concatenate(vi)
     by = np.argsort(rows, kind="stable")
     start = np.searchsorted(rows[by], np.arange(len(lo) + 1))
-    return cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]
+    return (cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]), R
 
 
 def _solve(problem, integer: bool, seconds: float, point: bool = False):
