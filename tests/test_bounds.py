@@ -69,6 +69,14 @@ def exhaustive(graph: Graph, budget: int) -> tuple[float, list] | None:
     return None
 
 
+def optimum(graph: Graph, budget: int) -> float:
+    """`exhaustive`'s least step time, its schedule replayed in the simulator at that time."""
+    best, steps = exhaustive(graph, budget)
+    r = simulate(graph, one_gpu(budget), Schedule(tuple(steps)))
+    assert r.valid and r.makespan == pytest.approx(best)
+    return best
+
+
 def forced_recompute_graph() -> Graph:
     """x -> a -> b -> l, then gb(l, b) and ga(gb, a), ga required. With 350 bytes, computing l (b and l held,
     200) leaves no room for a (200), only for x (50): a is dropped and computed again for ga, so every schedule
@@ -88,10 +96,7 @@ def test_the_recompute_bound_is_tight_where_the_budget_forces_a_recomputation():
     b = lower_bounds(make_spec(g, one_gpu(350), swap=False))
     assert b["work"] == pytest.approx(6.0) and b["recompute"] == pytest.approx(7.0) and b["floor"] == b["recompute"]
     assert [g.arrays.ids[v] for v in b["at"]] in (["l"], ["gb"])    # computing either leaves no room for a
-    best, steps = exhaustive(g, 350)
-    assert best == pytest.approx(7.0)
-    r = simulate(g, one_gpu(350), Schedule(tuple(steps)))
-    assert r.valid and r.makespan == pytest.approx(best)
+    assert optimum(g, 350) == pytest.approx(7.0)
     # with room for everything, nothing is forced and the bound is the work
     assert lower_bounds(make_spec(g, one_gpu(550), swap=False))["floor"] == pytest.approx(6.0)
     assert exhaustive(g, 550)[0] == pytest.approx(6.0)
@@ -108,11 +113,13 @@ def test_the_moment_plan_recomputes_what_the_budget_forces_and_proves_the_bound(
     assert moment_plans(make_spec(g, one_gpu(550), swap=False)) == ([], pytest.approx(6.0))
 
 
+def op(i, kind, ins, cost, size=1, required=False) -> Node:
+    return Node(i, "op", kind, ins, {"cuda": cost}, size, required=required)
+
+
 def coupled_graph() -> Graph:
     """x -> f0 -> f1 -> f2 -> loss (4 bytes, required), then g2(loss, f1), g1(g2, f0), g0(g1, x) required; 1 byte
     each otherwise, forward operations 1 s, gradients 2 s."""
-    def op(i, kind, ins, cost, size=1, required=False):
-        return Node(i, "op", kind, ins, {"cuda": cost}, size, required=required)
     nodes = (Node("x", "data", "input", (), {"cuda": 0.0}, 1, recomputable=False),
              op("f0", "forward", ("x",), 1.0), op("f1", "forward", ("f0",), 1.0), op("f2", "forward", ("f1",), 1.0),
              op("loss", "loss", ("f2",), 1.0, 4, True), op("g2", "backward", ("loss", "f1"), 2.0),
@@ -126,9 +133,7 @@ def test_the_coupled_bound_is_tight_where_each_moment_alone_is_not(monkeypatch):
     # schedule takes the work (10 s) plus 3 s
     g = coupled_graph()
     spec = make_spec(g, one_gpu(7), swap=False)
-    best, steps = exhaustive(g, 7)
-    r = simulate(g, one_gpu(7), Schedule(tuple(steps)))
-    assert r.valid and r.makespan == pytest.approx(best) and best == pytest.approx(13.0)
+    assert optimum(g, 7) == pytest.approx(13.0)
     b = lower_bounds(spec)
     assert b["work"] == pytest.approx(10.0) and b["floor"] == b["recompute"] == pytest.approx(13.0)
     assert len(b["at"]) > 1 and g.arrays.ids[b["at"][0]] != g.arrays.ids[b["at"][-1]]
@@ -147,8 +152,6 @@ def test_the_coupled_bound_is_tight_where_each_moment_alone_is_not(monkeypatch):
 def weight_gradient_graph() -> Graph:
     """x -> a -> l -> gl, then X(gl) (4 bytes) -> gx and the weight gradient w(gl, a) (2 bytes), both required: w
     is neither above nor below X, so a schedule computes it before X or after, as it likes."""
-    def op(i, kind, ins, cost, size, required=False):
-        return Node(i, "op", kind, ins, {"cuda": cost}, size, required=required)
     nodes = (Node("x", "data", "input", (), {"cuda": 0.0}, 1, recomputable=False),
              op("a", "forward", ("x",), 3.0, 2), op("l", "loss", ("a",), 1.0, 1), op("gl", "backward", ("l",), 1.0, 1),
              op("X", "backward", ("gl",), 1.0, 4), op("w", "backward", ("gl", "a"), 1.0, 2, True),
@@ -162,9 +165,7 @@ def test_what_only_an_operation_beside_the_moment_reads_is_held_or_computed_agai
     # held or computed again, and computed after, needs a: every schedule takes 13 s, and the bound says so
     g = weight_gradient_graph()
     spec = make_spec(g, one_gpu(6), swap=False)
-    best, steps = exhaustive(g, 6)
-    r = simulate(g, one_gpu(6), Schedule(tuple(steps)))
-    assert r.valid and r.makespan == pytest.approx(best) and best == pytest.approx(13.0)
+    assert optimum(g, 6) == pytest.approx(13.0)
     b = lower_bounds(spec)
     assert b["work"] == pytest.approx(8.0) and b["floor"] == b["recompute"] == pytest.approx(13.0)
     coupled = bounds._coupled
