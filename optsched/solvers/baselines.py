@@ -260,7 +260,7 @@ def _best_fitting(graph: Graph, cluster: Cluster, name: str, options: SolveOptio
     grid = sorted({0.0, *np.geomspace(lo, total, int(options.params.get("grid", 16))).tolist(), float(total)})
     if "budget" in options.params:
         grid = [float(options.params["budget"])]
-    best, best_peak, tried, mem_order = None, None, set(), None
+    best, best_peak, closest, tried, mem_order = None, None, None, set(), None
     n = len(graph.arrays.ids)
     # None: nothing dropped, in plain topological order; then the segments, kept for the backward pass once
     # recomputed; only where none fits, each recomputation discarded after its reader (`transient`)

@@ -321,17 +321,17 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
             pre[j, needed & ~anc[x] & ~after[j]] = -1
             pre[j, x] = 0
         pre[j, anc[x]] = 1
+    V = [np.flatnonzero(p != 0) for p in pre]           # per moment: the operations with columns s, r
+    F = [np.flatnonzero(p == -1) for p in pre]          # and the free ones among them, with a column p
     S, R, P = (np.full((k, n), -1, dtype=np.int64) for _ in range(3))
     ncol = 0
-    for j in range(k):
-        v, f = np.flatnonzero(pre[j] != 0), np.flatnonzero(pre[j] == -1)
+    for j, (v, f) in enumerate(zip(V, F, strict=True)):
         S[j, v] = ncol + np.arange(v.size)
         R[j, v] = ncol + v.size + np.arange(v.size)
         P[j, f] = ncol + 2 * v.size + np.arange(f.size)
         ncol += 2 * v.size + f.size
     cost, lb, ub = np.zeros(ncol), np.zeros(ncol), np.ones(ncol)
-    for j, x in enumerate(chain):
-        v = np.flatnonzero(pre[j] != 0)
+    for j, (x, v) in enumerate(zip(chain, V, strict=True)):
         lb[S[j, src[spec.in_ptr[x]:spec.in_ptr[x + 1]]]] = 1.0
         cost[R[j, v]] = np.nan_to_num(spec.ccost[d, v])
         ub[R[j, v[spec.once[v]]]] = 0.0
@@ -353,8 +353,7 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
         hi.extend(np.broadcast_to(np.asarray(high, dtype=float), (m,)).tolist())
         return np.arange(first, first + m)
 
-    for j, x in enumerate(chain):
-        v, f = np.flatnonzero(pre[j] != 0), np.flatnonzero(pre[j] == -1)
+    for j, (x, v, f) in enumerate(zip(chain, V, F, strict=True)):
         # memory at x_j
         add(np.repeat(new_rows(1, -np.inf, spec.budget[d] - spec.nbytes[x] - spec.ws[x]), v.size), S[j, v],
             spec.nbytes[v])
