@@ -63,6 +63,18 @@ def test_solve_then_simulate(capsys, graph_file, tmp_path):
     assert s["devices"][0]["peak_bytes"] <= 10_000_000
 
 
+def test_solve_reports_the_whole_call_time_beside_the_solvers_own(capsys, graph_file):
+    # the MILP's solve_time is its HiGHS run only; the candidates, bounds and model come before it
+    code, out, err = run(capsys, "solve", graph_file, "--mem", "60%", "--time-limit", "20", "--json")
+    assert code == 0, err
+    sv = json.loads(out)["solver"]
+    assert sv["wall_time_s"] >= sv["solve_time_s"] >= 0 and sv["wall_time_s"] > 0
+    code, out, err = run(capsys, "solve", graph_file, "--mem", "60%", "--time-limit", "20")
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("solver milp: "))
+    assert " in " in line and "(highs " in line
+
+
 def test_a_budget_as_a_share_of_the_keep_everything_peak(capsys, graph_file):
     # the chain's keep-everything peak is 17_000_004 bytes (test_validate_and_info)
     code, out, err = run(capsys, "solve", graph_file, "--mem", "50%", "--solver", "chen-sqrt", "--json")

@@ -455,7 +455,9 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
         status = _proven_status(status, bres.makespan, floor, options.gap)
         return Schedule(bsched.instructions, SolveReport(
             solver_name, status, objective=bres.makespan, bound=bound, gap=_gap(bres.makespan, bound),
-            solve_time=solve_time, message=msg(f"MILP incumbent {obj:.6g} s worse than {name}; returning {name}"),
+            solve_time=solve_time,
+            message=msg(f"the MILP's best point ({obj:.6g} s in its stage model) is slower than {name}; "
+                        f"returning {name}"),
             extra=extra), graph=graph.name)
     status = _proven_status(status, obj, bound, options.gap)
     return Schedule(sched.instructions, SolveReport(solver_name, status, objective=obj, bound=bound,
