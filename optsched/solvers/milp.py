@@ -537,7 +537,7 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
     floor = _floor(graph, spec, extra, bounds)
     status = _proven_status(status, res.makespan, floor, options.gap)
     return Schedule(sched.instructions, SolveReport(rep.solver, status, objective=res.makespan, bound=floor,
-                                                    gap=_gap(res.makespan, floor), solve_time=time.perf_counter() - t0,
+                                                    gap=_gap(res.makespan, floor), solve_time=rep.solve_time,
                                                     message="; ".join(notes + [rep.message] if rep.message else notes),
                                                     extra=extra), graph=graph.name)
 
