@@ -18,10 +18,10 @@ overflow it evicts tensors:
 - policy "dtr" (DTR): drop the tensor with the least cost/(bytes * staleness),
   recompute on demand (no swapping unless a tensor cannot be recomputed).
 
-Under both, a backward value (a gradient) is dropped only while its inputs are
-resident, and no input of a dropped backward value that may still be read is
-dropped (`chained`): a dropped gradient stays one computation away from what is
-resident. Otherwise gradients dropped one by one, each cheap while the next was
+Under both, a backward value (a gradient) is dropped while its inputs are
+resident, and an input of a dropped backward value that may still be read is
+not dropped (`chained`), unless nothing else can go: a dropped gradient stays
+one computation away from what is resident. Otherwise gradients dropped one by one, each cheap while the next was
 resident, chain, and a backward operation needs the backward pass behind it
 again, its forward inputs held for it, until nothing is left to evict
 (ResNet-50 at 30% of its keep-everything memory on one accelerator without
@@ -97,14 +97,31 @@ def defer_sources(graph: Graph, order) -> np.ndarray:
     return order[np.argsort(key[order], kind="stable")]
 
 
-def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str = "capuchin", swap: bool = True,
-         recompute: bool = True, offload=None, budget_scale: float = 1.0, lookahead: float = 1.5,
-         prefetch: bool = True, prefetch_room: float = 0.9, seed: int = 0,
-         host_fallback: bool = True) -> list[Instruction]:
+def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, defer_chains: bool | None = None,
+         **kw) -> list[Instruction]:
     """Instructions for computing `order` (node positions) with node v on device
     `place[v]`, within every device's budget; with `host_fallback` and `swap`,
     v runs on the host when its device cannot make room for it. Raises
-    InfeasibleError when it cannot make room."""
+    InfeasibleError when it cannot make room. Other keyword arguments: `_plan`'s.
+    `defer_chains`: drop last what would chain gradients (`chained`), or not; None:
+    defer, and where that ends with nothing left to evict, plan again without
+    (eviction paths differ with the order of drops: a random 40-operation graph at
+    70% of its keep-everything memory under DTR has a plan only without)."""
+    if defer_chains is not None:
+        return _plan(graph, cluster, place, order, est, defer_chains=defer_chains, **kw)
+    try:
+        return _plan(graph, cluster, place, order, est, defer_chains=True, **kw)
+    except InfeasibleError as first:
+        try:
+            return _plan(graph, cluster, place, order, est, defer_chains=False, **kw)
+        except InfeasibleError:
+            raise first from None
+
+
+def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str = "capuchin", swap: bool = True,
+          recompute: bool = True, offload=None, budget_scale: float = 1.0, lookahead: float = 1.5,
+          prefetch: bool = True, prefetch_room: float = 0.9, seed: int = 0,
+          host_fallback: bool = True, defer_chains: bool = True) -> list[Instruction]:
     a = graph.arrays
     n = len(a.ids)
     ids = a.ids
@@ -330,10 +347,11 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
 
     def chained(u: int, i: int) -> bool:
         """Dropping u would chain recomputations through the backward pass: u is a backward value whose inputs are
-        not all resident, or an input of a dropped backward value that may still be read. Dropped gradients stay
-        one computation away from what is resident, so a backward operation never needs the backward pass
-        behind it again (each step cheap while the next was resident, the chain a whole pass long)."""
-        if ncopies[u] > 1:
+        not all resident, or an input of a dropped backward value that may still be read. Such a drop comes last
+        (_LAST), so that dropped gradients stay one computation away from what is resident and a backward operation
+        does not need the backward pass behind it again (each step cheap while the next was resident, the chain a
+        whole pass long)."""
+        if ncopies[u] > 1 or not defer_chains:
             return False
         if kind[u] in _BACKWARD and any(ncopies[in_idx[j]] == 0 for j in range(in_ptr[u], in_ptr[u + 1])):
             return True
@@ -358,7 +376,9 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
             dist = max(est_order[nu] - tnow, 1e-12)
         on_host = host is not None and res[host][u]
         can_drop = recompute and recomp[u] and not (required[u] and ncopies[u] <= 1) and not (
-            nu < 0 and pinned(u, i)) and not chained(u, i)
+            nu < 0 and pinned(u, i))
+        last = can_drop and chained(u, i)     # dropped only when nothing else can go
+        can_drop = can_drop and not last
         if on_host and d != host:
             return (-1, -b * dist, "swap")   # a copy is kept on host: free is enough
         if policy == "dtr":
@@ -369,7 +389,7 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
             if can_swap:
                 tt = xfer_time(u, d, host) + xfer_time(u, host, d)
                 return (2, tt / (b * stale), "swap")
-            return None
+            return (_LAST, recompute_cost(u, d) / b, "drop") if last else None
         if can_swap:
             tt = xfer_time(u, d, host) + xfer_time(u, host, d)
             if dist >= tt:
@@ -379,7 +399,7 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
         if can_swap:
             tt = xfer_time(u, d, host) + xfer_time(u, host, d)
             return (2, tt / b, "swap")
-        return None
+        return (_LAST, recompute_cost(u, d) / b, "drop") if last else None
 
     def evict_one(d: int, protect) -> bool:
         lst = rlist[d]
@@ -402,8 +422,8 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
                 best, best_key = u, key
                 if key[0] < 0:
                     break
-        if best is None and len(lst) > _SAMPLE:
-            # the sample missed every evictable tensor: look further, from another offset
+        if (best is None or best_key[0] == _LAST) and len(lst) > _SAMPLE:
+            # the sample missed every tensor evictable but as a last resort: look further, from another offset
             k = rng.randrange(len(lst))
             for u in lst[k:] + lst[:k]:
                 if pc[u]:
@@ -411,7 +431,8 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str 
                 key = victim_score(u, d, i, tnow)
                 if key is not None and (best_key is None or key[:2] < best_key[:2]):
                     best, best_key = u, key
-                    break
+                    if key[0] < _LAST:
+                        break
         if best is None:
             return False
         u, act = best, best_key[2]
@@ -667,6 +688,9 @@ def edge_slots(a, out_sorted: np.ndarray) -> np.ndarray:
     slot = np.empty(key_in.size, dtype=np.int64)
     slot[np.argsort(key_in, kind="stable")] = np.argsort(key_out, kind="stable")
     return slot
+
+
+_LAST = 3   # eviction category of a drop that `chained` defers: after every other drop and swap
 
 
 class _NoRoom(Exception):
