@@ -21,12 +21,15 @@ overflow it evicts tensors:
 Under both, a backward value (a gradient) is dropped while its inputs are
 resident, and an input of a dropped backward value that may still be read is
 not dropped (`chained`), unless nothing else can go: a dropped gradient stays
-one computation away from what is resident. Otherwise gradients dropped one by one, each cheap while the next was
-resident, chain, and a backward operation needs the backward pass behind it
-again, its forward inputs held for it, until nothing is left to evict
-(ResNet-50 at 30% of its keep-everything memory on one accelerator without
-swapping: neither policy found a schedule; the heuristic's is now 1.65x
-keep-everything's step time, DTR's 2.2x).
+one computation away from what is resident. Otherwise gradients dropped one by
+one, each cheap while the next was resident, chain, and a backward operation
+needs the backward pass behind it again, its forward inputs held for it, until
+nothing is left to evict (ResNet-50 at 30% of its keep-everything memory on one
+accelerator without swapping: neither policy found a schedule; the heuristic's
+is now 1.65x keep-everything's step time, DTR's 2.2x). Eviction paths depend on
+the order of drops, so `plan` plans again without the deferral where it ends
+with no room, and the solvers (`heuristics._checked`) make both plans on graphs
+of up to 20,000 operations and keep the faster.
 
 When an accelerator cannot make room for an operation (its inputs, output
 and workspace beside what must stay: tensors that cannot be recomputed
