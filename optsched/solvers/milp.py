@@ -192,8 +192,9 @@ def _candidates(graph, cluster, options):
     # the LP rounding costs an LP solve: only where it may start the MILP and the others leave room to gain
     if options.recompute and options.warm_start is None and options.params.get("warm", True):
         best = min((r.makespan for _, _, r in out if r.valid), default=np.inf)
-        if best > (1 + _ROOM) * _one_device_time(graph, cluster, options):
-            share = _ROUNDING_SHARE if np.isfinite(best) else _ALONE_SHARE
+        once = _one_device_time(graph, cluster, options)
+        if best > (1 + _ROOM) * once:
+            share = _ROUNDING_SHARE if best <= _POOR * once else _ALONE_SHARE
             s = _candidate(graph, cluster, options, rounding.lp_rounding, share)
             if s is not None:
                 out.append(("lp-rounding", s, simulate(graph, cluster, s)))
@@ -207,6 +208,9 @@ _ALONE_SHARE = 0.75       # for lp-rounding when no other candidate fits: a cold
                           # finds a schedule in the rest (gpt2-3 at 30%: 4.2x cold, 1.31x rounded), and its LP alone
                           # takes 18-35 s on 2 cores, so half of 60 s lost the rounding in 1 of 4 solves; at 25-40%
                           # the MILP never bettered the rounding in the time left (milp_checkmate.csv)
+_POOR = 3.0               # a candidate this many times keep-everything's one-device time counts as none for the share:
+                          # the heuristic's 4.39x on gpt2-3 at 30% left lp-rounding 35% of 60 s, too little for its
+                          # rounding (1.51x, gap 14.4%, against 1.31x and 1.02% with three quarters)
 _ROOM = 0.01              # skip lp-rounding when a candidate is within 1% of keep-everything's one-device time
 
 
