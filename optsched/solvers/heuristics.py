@@ -61,10 +61,10 @@ def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, b
     swapping, is 3.3% faster without it."""
     verify = bool(options.params.get("verify", True))
     both = drops and verify and options.recompute and len(graph) <= _PLAN_TWICE
+    variants = (True, False) if both else (None,)
     last = None
     for scale in (1.0, 0.95, 0.85, 0.7):
         best, errors = None, []
-        variants = (True, False) if both else (None,)
         for defer in variants:
             try:
                 ins = build(scale, defer)

@@ -380,10 +380,10 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
         on_host = host is not None and res[host][u]
         can_drop = recompute and recomp[u] and not (required[u] and ncopies[u] <= 1) and not (
             nu < 0 and pinned(u, i))
-        last = can_drop and chained(u, i)     # dropped only when nothing else can go
-        can_drop = can_drop and not last
         if on_host and d != host:
             return (-1, -b * dist, "swap")   # a copy is kept on host: free is enough
+        last = can_drop and chained(u, i)     # dropped only when nothing else can go
+        can_drop = can_drop and not last
         if policy == "dtr":
             stale = max(tnow - last_acc[d][u], 1e-9)
             if can_drop:
