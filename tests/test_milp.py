@@ -618,10 +618,14 @@ def test_an_abandoned_highs_run_does_not_abort_the_process_at_exit(tmp_path):
         "t.start()\n"
         "if sys.argv[1] == 'abandon':\n"
         "    M._abandon(t)\n")
-    runs = {how: subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=120)
-            for how in ("abandon", "plain")}
-    assert runs["abandon"].returncode == 0, runs["abandon"].stderr
-    assert runs["plain"].returncode != 0      # the failure it prevents
+    def run(how):
+        return subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=120)
+
+    abandoned = run("abandon")
+    assert abandoned.returncode == 0, abandoned.stderr
+    # the failure it prevents; whether an unguarded exit aborts depends on the phase HiGHS is in at that instant
+    # (on a loaded machine one exit in the full suite came out clean), so the control gets three tries
+    assert any(run("plain").returncode != 0 for _ in range(3))
 
 
 def test_a_whole_stage_optimum_above_the_bound_is_followed_by_the_within_stage_model():
