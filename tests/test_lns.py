@@ -84,3 +84,26 @@ def test_a_plain_run_over_early_leaves_its_core_to_the_search(monkeypatch):
     r = simulate(g, cl, s)
     assert r.valid and s.report.objective <= float(model.cost @ x) / TIME_SCALE * (1 + 1e-9)
     assert s.report.objective <= float(model.cost @ x0) / TIME_SCALE * (1 + 1e-9)
+
+
+def test_a_model_too_large_for_branch_and_bound_gets_the_search_instead(monkeypatch):
+    # every model counts as too large for the time left: the search around the warm start takes that time
+    g = generate.random_training_graph(8, 3)
+    cl = one_gpu(int(0.9 * ke_peak(g)))
+    warm = solve(g, cl, "chen-greedy", swap=False)
+    monkeypatch.setattr(M, "_NNZ_PER_S", 1)
+    opts = SolveOptions(time_limit=8, threads=1, swap=False, warm_start=warm)
+    # beyond _SEARCH_NNZ, the warm start's point as it was
+    monkeypatch.setattr(M, "_SEARCH_NNZ", 0)
+    s = solve(g, cl, "milp", opts)
+    assert "too large to solve" in s.report.message and "search" not in s.report.extra
+    before = simulate(g, cl, s).makespan
+    monkeypatch.setattr(M, "_SEARCH_NNZ", 10**9)
+    s = solve(g, cl, "milp", opts)
+    seen = s.report.extra["search"]
+    assert "too large to solve" in s.report.message
+    assert f"a search around the warm start instead: {seen['rounds']} rounds, {seen['improved']} improvements" \
+        in s.report.message
+    assert seen["improved"] >= 1 and s.report.status == "time_limit"
+    r = simulate(g, cl, s)
+    assert r.valid and r.makespan < before * (1 - 1e-6)

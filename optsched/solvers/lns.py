@@ -1,4 +1,5 @@
-"""Large-neighbourhood search on the MILP's own model, for a core that branch and bound leaves idle.
+"""Large-neighbourhood search on the MILP's own model, for a core that branch and bound leaves idle, and for a
+model too large for branch and bound in the time left (its sub-MIPs presolve the fixed columns away).
 
 Each round frees every column of a random set of values (all stages, devices and links), fixes the others at the
 incumbent, and has HiGHS solve that small sub-MIP for a few seconds; a better point becomes the incumbent. A round

@@ -118,7 +118,8 @@ Time and interrupts: `time_limit` bounds the whole call; HiGHS gets what is
 left after the candidates and the model are built, runs in a worker thread and
 is stopped by Ctrl-C through its interrupt callbacks (status `interrupted`,
 best schedule so far). Models too large to solve in the time left are not
-handed to HiGHS (see _NNZ_PER_S). When the warm start needs gap stages, the
+handed to HiGHS's branch and bound (see _NNZ_PER_S); up to _SEARCH_NNZ
+nonzeros, `lns.improve` searches around the warm start for that time. When the warm start needs gap stages, the
 model without them runs too: side by side on two cores or more (HiGHS's branch
 and bound uses one), one after the other on one (`_run_pair`); when the model
 without gap stages is done early, a large-neighbourhood search (`lns.py`) takes
@@ -596,6 +597,11 @@ def write_model(model: MilpArrays, path: str) -> None:
 # status time_limit); a run still going _GRACE s after the deadline is abandoned the same way.
 _NNZ_PER_S = 50_000
 _GRACE = 2.0
+# Such a model, up to _SEARCH_NNZ nonzeros, gets `lns.improve` instead (each round 4-5 s there: ResNet-50, 1,243
+# operations, at 30% of its keep-everything memory, one device, no swapping: 6.9M nonzeros, 1.648x -> 1.408x of
+# keep-everything's step time in 60 s, 14 rounds); with at least _SEARCH_FROM_S seconds left.
+_SEARCH_NNZ = 10_000_000
+_SEARCH_FROM_S = 2.0
 
 
 def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
@@ -775,7 +781,7 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
             out[i] = _highs_run(m, x, opts, left, stop, cancel[i], live[i], floor)
             if i == 0 and not settled(out[0]) and x0 is not None:
                 # the plain run is over early: its core searches around the staged model's warm start
-                out[2] = improve(model, x0, t0 + left, lambda: stop.is_set() or finished.is_set(), goal)
+                out[2] = improve(model, x0, t0 + left, lambda: stop.is_set() or finished.is_set(), goal, seed=1)
                 if float(model.cost @ out[2][0]) <= goal:
                     cancel[1].set()     # within the gap of the lower bound
                 return
@@ -906,6 +912,10 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
     h.cbMipInterrupt.subscribe(poll_mip)
     proven = x0 is not None and float(model.cost @ x0) <= goal
     ran = left > 0 and model.index.size <= _NNZ_PER_S * left and not proven
+    # too large for branch and bound: the time left goes to the search around the warm start, whose sub-MIPs
+    # presolve away the fixed columns
+    search = (not ran and not proven and x0 is not None and left > _SEARCH_FROM_S
+              and model.index.size <= _SEARCH_NNZ)
     notes = []
     if proven:
         notes.append("the warm start is within the gap of the lower bound: no branch and bound")
@@ -914,9 +924,13 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
                      f"{max(left, 0):.3g} s left; raise --time-limit")
     abandoned = False
     cut_info: dict = {}
+    searched: dict = {}
     depth = int(options.params.get("cuts", 0))
-    if ran:
+    if ran or search:
         def solve():
+            if search:
+                searched["x"], searched["seen"] = improve(model, x0, t0 + left, stopped, goal)
+                return
             if depth > 0 and model.spec.mem_row.any():
                 cut_info.update(root_cuts(h, model, left * _CUT_SHARE, x0, depth, stop=stopped))
             if x0 is not None:      # after the cut rounds: their LP solves would replace it
@@ -933,6 +947,13 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
             _abandon(worker)
     x, bound, extra = x0, None, {"backend": "highs"}
     status = "time_limit"
+    if searched:
+        x, seen = searched["x"], searched["seen"]
+        notes.append(f"a search around the warm start instead: {seen['rounds']} rounds, "
+                     f"{seen['improved']} improvements")
+        extra["search"] = seen
+        if float(model.cost @ x) <= goal:
+            by_floor.set()
     if ran and not abandoned:
         ms = h.getModelStatus()
         MS = highspy.HighsModelStatus
