@@ -119,11 +119,11 @@ left after the candidates and the model are built, runs in a worker thread and
 is stopped by Ctrl-C through its interrupt callbacks (status `interrupted`,
 best schedule so far). Models too large to solve in the time left are not
 handed to HiGHS's branch and bound (see _NNZ_PER_S); up to _SEARCH_NNZ
-nonzeros, `lns.improve` searches around the warm start for that time. When the warm start needs gap stages, the
-model without them runs too: side by side on two cores or more (HiGHS's branch
-and bound uses one), one after the other on one (`_run_pair`); when the model
-without gap stages is done early, a large-neighbourhood search (`lns.py`) takes
-its core.
+nonzeros, `lns.improve` searches around the warm start for that time. When the
+warm start needs gap stages, the model without them runs too: side by side on
+two cores or more (HiGHS's branch and bound uses one), one after the other on
+one (`_run_pair`); when the model without gap stages is done early, a
+large-neighbourhood search (`lns.py`) takes its core.
 """
 
 from __future__ import annotations
@@ -925,6 +925,8 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
     abandoned = False
     cut_info: dict = {}
     searched: dict = {}
+    if search:
+        h = None    # the search passes the model to HiGHS itself: this copy would only hold memory
     depth = int(options.params.get("cuts", 0))
     if ran or search:
         def solve():
