@@ -854,12 +854,20 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
     {x, status, bound, extra, notes, solve_time}; x is x0 when HiGHS found nothing better or did not run."""
     import highspy
 
-    h = highs_model(model)
-    h.setOptionValue("output_flag", bool(options.verbose))
-    h.setOptionValue("mip_rel_gap", float(options.gap))
-    if options.threads:
-        h.setOptionValue("threads", int(options.threads))
-    _set_options(h, options, warm=x0 is not None)
+    goal = _goal(floor, options.gap)
+    proven = x0 is not None and float(model.cost @ x0) <= goal
+    ran = left > 0 and model.index.size <= _NNZ_PER_S * left and not proven
+    # too large for branch and bound: the time left goes to the search around the warm start, whose sub-MIPs
+    # presolve away the fixed columns (it passes the model to HiGHS itself)
+    search = (not ran and not proven and x0 is not None and left > _SEARCH_FROM_S
+              and model.index.size <= _SEARCH_NNZ)
+    h = highs_model(model) if ran else None
+    if ran:
+        h.setOptionValue("output_flag", bool(options.verbose))
+        h.setOptionValue("mip_rel_gap", float(options.gap))
+        if options.threads:
+            h.setOptionValue("threads", int(options.threads))
+        _set_options(h, options, warm=x0 is not None)
     t0 = time.perf_counter()
     state = {"last": 0.0, "inc": None, "bound": None}
 
@@ -887,7 +895,6 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         if stopped():
             e.interrupt()
 
-    goal = _goal(floor, options.gap)
     by_floor = threading.Event()
 
     def poll_mip(e):
@@ -903,19 +910,15 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         def improved(e):
             live["obj"] = min(live["obj"], e.data_out.mip_primal_bound)
 
-        h.cbMipImprovingSolution.subscribe(improved)
-    if options.progress is not None:
-        h.cbMipImprovingSolution.subscribe(report)
-        h.cbMipInterrupt.subscribe(report)
-    for cb in (h.cbSimplexInterrupt, h.cbIpmInterrupt):
-        cb.subscribe(poll)
-    h.cbMipInterrupt.subscribe(poll_mip)
-    proven = x0 is not None and float(model.cost @ x0) <= goal
-    ran = left > 0 and model.index.size <= _NNZ_PER_S * left and not proven
-    # too large for branch and bound: the time left goes to the search around the warm start, whose sub-MIPs
-    # presolve away the fixed columns
-    search = (not ran and not proven and x0 is not None and left > _SEARCH_FROM_S
-              and model.index.size <= _SEARCH_NNZ)
+    if ran:
+        if live is not None:
+            h.cbMipImprovingSolution.subscribe(improved)
+        if options.progress is not None:
+            h.cbMipImprovingSolution.subscribe(report)
+            h.cbMipInterrupt.subscribe(report)
+        for cb in (h.cbSimplexInterrupt, h.cbIpmInterrupt):
+            cb.subscribe(poll)
+        h.cbMipInterrupt.subscribe(poll_mip)
     notes = []
     if proven:
         notes.append("the warm start is within the gap of the lower bound: no branch and bound")
@@ -925,8 +928,6 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
     abandoned = False
     cut_info: dict = {}
     searched: dict = {}
-    if search:
-        h = None    # the search passes the model to HiGHS itself: this copy would only hold memory
     depth = int(options.params.get("cuts", 0))
     if ran or search:
         def solve():
