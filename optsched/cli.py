@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from .cluster import Cluster, check_cluster, single_accelerator
 from .errors import InfeasibleError, OptschedError
-from .graph import Graph, largest_operation
+from .graph import Graph, drop_unneeded, largest_operation, unneeded
 from .units import format_size, format_time, parse_bandwidth, parse_size, parse_time
 
 
@@ -25,6 +25,17 @@ def _load_graph(arg: str) -> Graph:
     if arg.startswith("example:"):
         return import_graph(example_graph_path(arg.split(":", 1)[1]))
     return import_graph(arg)
+
+
+def _to_solve(graph: Graph) -> tuple[Graph, list[str]]:
+    """The graph a solve works on, and what it leaves out: operations that no required result depends on (a
+    schedule need not run them; every schedule of the rest is valid for the whole graph), said on stderr."""
+    gone = unneeded(graph)
+    if gone:
+        shown = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+        print(f"optsched: left out {len(gone)} operations that no required result depends on: {shown} "
+              "(mark a result `required` in the graph file to have it computed)", file=sys.stderr)
+    return drop_unneeded(graph), gone
 
 
 def _cluster(args, graph: Graph) -> Cluster:
@@ -235,7 +246,7 @@ def cmd_solve(args) -> int:
     from .solvers.sequential import pick_device
     from .summary import sim_summary
 
-    g = _load_graph(args.graph)
+    g, left_out = _to_solve(_load_graph(args.graph))
     cl = _cluster(args, g)
     solver = get_solver(args.solver)
     opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=args.gap, threads=args.threads,
@@ -280,6 +291,7 @@ def cmd_solve(args) -> int:
                    "gap": rep.gap if rep else None, "solve_time_s": rep.solve_time if rep else None,
                    "wall_time_s": wall, "message": rep.message if rep else ""}
     s["keep_everything_step_time_s"] = base
+    s["left_out"] = left_out
     s["overhead"] = None if not base else s["step_time_s"] / base - 1
     if not r.valid:
         msg = s["violation"]["message"]
@@ -330,7 +342,7 @@ def cmd_sweep(args) -> int:
     from .solvers import SolveOptions
     from .units import parse_size_range
 
-    g = _load_graph(args.graph)
+    g = _to_solve(_load_graph(args.graph))[0]
     budgets = parse_size_range(args.mem, args.steps, "--mem", _whole(g, args.mem))
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
     if not solvers:

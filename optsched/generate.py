@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import Graph, Node, check_graph
+from .graph import Graph, Node, check_graph, drop_unneeded
 
 
 def random_forward_dag(n: int, rng: np.random.Generator, *, max_inputs: int = 2, window: int = 4) -> list[list[int]]:
@@ -31,13 +31,16 @@ def random_forward_dag(n: int, rng: np.random.Generator, *, max_inputs: int = 2,
 
 
 def training_graph(forward_inputs: list[list[int]], *, act_bytes, cost, param_bytes=None, cpu_slowdown: float = 10.0,
-                   name: str = "synthetic") -> Graph:
+                   input_grad: bool = False, name: str = "synthetic") -> Graph:
     """Forward nodes f0..f{n-1} (inputs as from `random_forward_dag`, -1 is the
     data input), a loss on the last, and the autodiff backward pass.
 
     act_bytes[i], cost[i]: output bytes and accelerator seconds of forward node i;
     its backward nodes cost twice as much. param_bytes[i] > 0 gives node i a
-    parameter whose gradient is a required result.
+    parameter whose gradient is a required result; `input_grad` makes the
+    gradients g{i} of the nodes that read the data input required results too.
+    As in autodiff, the backward pass holds only what a required result
+    depends on (`drop_unneeded`).
     """
     n = len(forward_inputs)
     param_bytes = [0] * n if param_bytes is None else param_bytes
@@ -62,27 +65,32 @@ def training_graph(forward_inputs: list[list[int]], *, act_bytes, cost, param_by
     for i in reversed(range(n)):
         grads = tuple("loss" if k < 0 else f"g{k}" for k in consumers[i])
         saved = tuple("x" if j < 0 else f"f{j}" for j in forward_inputs[i])
-        nodes.append(Node(f"g{i}", "grad", "backward", grads + saved, c(2 * cost[i]), int(act_bytes[i])))
+        nodes.append(Node(f"g{i}", "grad", "backward", grads + saved, c(2 * cost[i]), int(act_bytes[i]),
+                          required=input_grad and -1 in forward_inputs[i]))
         if param_bytes[i]:
             nodes.append(Node(f"gp{i}", "grad_param", "backward", (f"g{i}",) + saved, c(cost[i]),
                               int(param_bytes[i]), required=True))
-    return check_graph(Graph(tuple(nodes), name=name))
+    return drop_unneeded(check_graph(Graph(tuple(nodes), name=name)))
 
 
 def random_training_graph(n_forward: int, seed: int = 0, *, max_inputs: int = 2, window: int = 4,
                           params: bool = True) -> Graph:
     """A random training graph with n_forward forward nodes, sizes 1-100 kB and
-    costs 0.1-10 ms, reproducible from the seed."""
+    costs 0.1-10 ms, reproducible from the seed. Without parameters, the
+    gradient of the data input is required (else no backward pass would be)."""
     rng = np.random.default_rng(seed)
     ins = random_forward_dag(n_forward, rng, max_inputs=max_inputs, window=window)
     act = rng.integers(1, 101, size=n_forward) * 1000
     cost = rng.uniform(1e-4, 1e-2, size=n_forward)
     pb = (rng.integers(0, 51, size=n_forward) * 1000 * (rng.random(n_forward) < 0.5)) if params else None
     return training_graph(ins, act_bytes=act.tolist(), cost=cost.tolist(),
-                          param_bytes=None if pb is None else pb.tolist(), name=f"random-{n_forward}-{seed}")
+                          param_bytes=None if pb is None else pb.tolist(), input_grad=pb is None or not pb.any(),
+                          name=f"random-{n_forward}-{seed}")
 
 
 def chain_graph(n: int, *, act_bytes: int = 1_000_000, cost: float = 1e-3, name: str | None = None) -> Graph:
-    """A linear network of n equal layers, no parameters: sqrt(n) checkpointing's home ground."""
+    """A linear network of n equal layers, no parameters, the gradient of its input required (so the whole
+    backward pass runs): sqrt(n) checkpointing's home ground."""
     ins = [[i - 1] for i in range(n)]
-    return training_graph(ins, act_bytes=[act_bytes] * n, cost=[cost] * n, name=name or f"chain-{n}")
+    return training_graph(ins, act_bytes=[act_bytes] * n, cost=[cost] * n, input_grad=True,
+                          name=name or f"chain-{n}")

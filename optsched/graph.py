@@ -196,6 +196,28 @@ def check_graph(graph: Graph) -> Graph:
     return graph
 
 
+def unneeded(graph: Graph) -> list[str]:
+    """Operations that no required result depends on, in graph order: a valid schedule need not run them (a
+    graph built by autodiff has none; a hand-made or generated file may). Empty when nothing is required."""
+    a = graph.arrays
+    if not a.required.any():
+        return []
+    need = a.required.copy()
+    for v in a.topo[::-1].tolist():
+        if need[v]:
+            need[a.inputs_of(v)] = True
+    return [a.ids[i] for i in np.flatnonzero(~need)]
+
+
+def drop_unneeded(graph: Graph) -> Graph:
+    """The graph without `unneeded` operations (torch.fx's dead-code elimination for training steps): every
+    schedule of the result is a valid schedule of the graph, and no slower."""
+    gone = set(unneeded(graph))
+    if not gone:
+        return graph
+    return Graph(tuple(n for n in graph.nodes if n.id not in gone), name=graph.name, meta=graph.meta)
+
+
 def operation_memory(graph: Graph) -> np.ndarray:
     """Bytes each operation holds on its device while it runs: its distinct
     inputs, its output and its workspace, all live at once."""

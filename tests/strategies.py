@@ -84,7 +84,10 @@ def training_graphs(draw, min_forward: int = 1, max_forward: int = 20, *, params
                     max_bytes: int = 10**6, zero_sizes: bool = True):
     """A training graph from `optsched.generate.training_graph`: forward nodes
     f0.., a loss, backward nodes g0.., parameters p_i with required gradients
-    gp_i (when `params` is True; None draws it). Activation sizes are drawn in
+    gp_i (when `params` is True; None draws it), the data input's gradients
+    required when there are no parameters (and maybe when there are), so
+    that there is a backward pass.
+    Activation sizes are drawn in
     [0 or 1, max_bytes], costs in [1e-6, 1e-2] seconds."""
     ins = draw(forward_dags(min_forward, max_forward))
     n = len(ins)
@@ -93,7 +96,9 @@ def training_graphs(draw, min_forward: int = 1, max_forward: int = 20, *, params
     cost = draw(st.lists(st.floats(1e-6, 1e-2, allow_nan=False), min_size=n, max_size=n))
     with_params = draw(st.booleans()) if params is None else params
     pb = draw(st.lists(st.integers(0, max_bytes), min_size=n, max_size=n)) if with_params else None
-    return training_graph(ins, act_bytes=act, cost=cost, param_bytes=pb, name=f"hyp-train-{n}")
+    input_grad = draw(st.booleans()) if with_params and any(pb) else True
+    return training_graph(ins, act_bytes=act, cost=cost, param_bytes=pb, input_grad=input_grad,
+                          name=f"hyp-train-{n}")
 
 
 @st.composite

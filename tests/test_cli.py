@@ -63,6 +63,27 @@ def test_solve_then_simulate(capsys, graph_file, tmp_path):
     assert s["devices"][0]["peak_bytes"] <= 10_000_000
 
 
+def test_solve_leaves_out_what_no_required_result_depends_on_and_says_so(capsys, tmp_path):
+    # the chain's input gradient g0 no longer required: no backward operation feeds a required result (the loss)
+    g = chain_graph(4)
+    data = graph_to_dict(g)
+    for v in data["nodes"]:
+        if v["id"] == "g0":
+            v["required"] = False
+    path = write(tmp_path, "g.json", data)
+    out_file = tmp_path / "s.json"
+    code, out, err = run(capsys, "solve", path, "--mem", "100MB", "--solver", "keep-everything", "-o", out_file,
+                         "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["left_out"] == ["g3", "g2", "g1", "g0"]
+    assert "left out 4 operations that no required result depends on: g3, g2, g1, g0" in err
+    # the schedule is valid for the whole graph file, and runs none of them
+    code, out, _ = run(capsys, "simulate", path, out_file, "--mem", "100MB", "--json")
+    assert code == 0 and json.loads(out)["valid"]
+    assert not {i.node for i in load_schedule(out_file).instructions} & {"g0", "g1", "g2", "g3"}
+
+
 def test_solve_reports_the_whole_call_time_beside_the_solvers_own(capsys, graph_file):
     # the MILP's solve_time is its HiGHS run only; the candidates, bounds and model come before it
     code, out, err = run(capsys, "solve", graph_file, "--mem", "60%", "--time-limit", "20", "--json")

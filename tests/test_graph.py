@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import networkx as nx
 import numpy as np
@@ -10,17 +11,22 @@ import pytest
 from hypothesis import given, settings
 from strategies import random_dags, training_graphs
 
+from optsched.cluster import single_accelerator
 from optsched.errors import GraphError
-from optsched.generate import chain_graph
+from optsched.generate import chain_graph, random_training_graph
 from optsched.graph import (
     Graph,
     Node,
     check_graph,
+    drop_unneeded,
     from_networkx,
     largest_operation,
     memory_lower_bound,
     to_networkx,
+    unneeded,
 )
+from optsched.simulate import simulate
+from optsched.solvers import solve
 
 C = {"cuda": 1e-3}
 
@@ -231,3 +237,50 @@ def test_networkx_round_trip_random_dags(g):
 @given(training_graphs(max_forward=8))
 def test_networkx_round_trip_training_graphs(g):
     assert from_networkx(to_networkx(g)) == g
+
+
+# --- unneeded operations ----------------------------------------------------------------------------
+
+def dead_branch() -> Graph:
+    """x -> a -> loss (required); a -> d -> e and x -> e: d and e feed no required result. Listed out of order."""
+    return check_graph(Graph((n("e", ["d", "x"], bytes=50), n("loss", ["a"], bytes=4, required=True),
+                              n("x", kind="input", recomputable=False, bytes=10), n("d", ["a"], bytes=40),
+                              n("a", ["x"], bytes=20)), name="dead"))
+
+
+def test_unneeded_operations_are_those_no_required_result_depends_on():
+    g = dead_branch()
+    assert unneeded(g) == ["e", "d"]            # in graph order
+    kept = drop_unneeded(g)
+    assert [v.id for v in kept.nodes] == ["loss", "x", "a"] and kept.name == g.name
+    assert check_graph(kept) is kept and unneeded(kept) == []
+    assert drop_unneeded(kept) is kept
+    # nothing required: nothing to anchor on, the graph stays whole
+    free = Graph(tuple(replace(v, required=False) for v in g.nodes))
+    assert unneeded(free) == [] and drop_unneeded(free) is free
+
+
+def test_a_schedule_without_the_unneeded_operations_is_valid_for_the_whole_graph_and_faster():
+    g = dead_branch()
+    cl = single_accelerator(10**6)
+    whole = simulate(g, cl, solve(g, cl, "keep-everything"))
+    s = solve(drop_unneeded(g), cl, "keep-everything")
+    r = simulate(g, cl, s)
+    assert whole.valid and r.valid
+    assert r.makespan < whole.makespan and r.peak["gpu0"] < whole.peak["gpu0"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(g=training_graphs(max_forward=15))
+def test_generated_training_graphs_hold_only_what_a_required_result_depends_on(g):
+    assert unneeded(g) == []
+    assert any(v.kind == "backward" for v in g.nodes)
+
+
+def test_random_and_chain_graphs_keep_the_backward_pass_they_need():
+    # random-8-0 gives parameters to layers 6 and 7 only: autodiff stops at layer 6, and so does the generator
+    g = random_training_graph(8, 0)
+    assert unneeded(g) == [] and {v.id for v in g.nodes if v.kind == "backward"} == {"g7", "gp7", "g6", "gp6"}
+    # without parameters the data input's gradient is required, so the whole backward pass runs
+    for g in (chain_graph(6), random_training_graph(8, 0, params=False)):
+        assert sum(v.kind == "backward" for v in g.nodes) == sum(v.kind == "forward" for v in g.nodes)

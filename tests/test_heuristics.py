@@ -239,7 +239,8 @@ def test_consecutive_big_activations_go_to_the_host_and_the_rest_stays():
     and the backward ops around them need 100 kB at once, more than the 80 kB
     GPUs; those run on the host, everything else on the accelerators."""
     act = [1000, 2000, 1000, 50_000, 50_000, 1000, 2000, 1000]
-    g = training_graph([[i - 1] for i in range(len(act))], act_bytes=act, cost=[1e-3] * len(act))
+    g = training_graph([[i - 1] for i in range(len(act))], act_bytes=act, cost=[1e-3] * len(act),
+                       input_grad=True)
     need = dict(zip(g.arrays.ids, operation_memory(g).tolist(), strict=True))
     cl = single_accelerator(80_000, gpus=2)
     for name in ("heuristic", "metf"):

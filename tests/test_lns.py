@@ -21,7 +21,7 @@ M = importlib.import_module("optsched.solvers.milp")
 
 def _poor_start():
     # chen-greedy recomputes where the budget would let a schedule keep more: a point the search can improve
-    g = generate.random_training_graph(8, 3)
+    g = generate.random_training_graph(8, 14)
     cl = one_gpu(int(0.9 * ke_peak(g)))
     warm = solve(g, cl, "chen-greedy", swap=False)
     assert simulate(g, cl, warm).recomputed > 0
@@ -88,7 +88,7 @@ def test_a_plain_run_over_early_leaves_its_core_to_the_search(monkeypatch):
 
 def test_a_model_too_large_for_branch_and_bound_gets_the_search_instead(monkeypatch):
     # every model counts as too large for the time left: the search around the warm start takes that time
-    g = generate.random_training_graph(8, 3)
+    g = generate.random_training_graph(8, 14)
     cl = one_gpu(int(0.9 * ke_peak(g)))
     warm = solve(g, cl, "chen-greedy", swap=False)
     monkeypatch.setattr(M, "_NNZ_PER_S", 1)
@@ -104,6 +104,7 @@ def test_a_model_too_large_for_branch_and_bound_gets_the_search_instead(monkeypa
     assert "too large to solve" in s.report.message
     assert f"a search around the warm start instead: {seen['rounds']} rounds, {seen['improved']} improvements" \
         in s.report.message
-    assert seen["improved"] >= 1 and s.report.status == "time_limit"
+    # proven only where the lower bounds prove it
+    assert seen["improved"] >= 1 and s.report.status == ("optimal" if s.report.gap <= opts.gap else "time_limit")
     r = simulate(g, cl, s)
     assert r.valid and r.makespan < before * (1 - 1e-6)

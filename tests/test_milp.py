@@ -340,7 +340,7 @@ def test_recomputations_fit_within_their_stage_or_get_gap_stages_in_the_whole_st
     # chen-greedy recomputes several values before one backward node; counted together in that node's stage
     # (whole-stage count) they overflow the budget its schedule keeps, one stage each they do not; the
     # within-stage count frees each after its last use and needs no gap stage
-    g = generate.random_training_graph(8, 3)
+    g = generate.random_training_graph(8, 14)
     cl = one_gpu(int(0.9 * ke_peak(g)))
     warm = solve(g, cl, "chen-greedy", swap=False)
     sim = simulate(g, cl, warm)

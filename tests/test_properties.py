@@ -196,9 +196,11 @@ def test_chen_sqrt_peak_at_most_keep_everything_without_params(g):
 
 @SOME
 @given(g=st.one_of(training_graphs(max_forward=25, params=True), seeded_training_graphs(max_forward=40)))
-def test_chen_sqrt_peak_at_most_keep_everything_plus_params(g):
-    params = sum(n.bytes for n in g.nodes if n.kind == "param")
-    assert peak_of(g, chen_sqrt(g, big_cluster())) <= peak_of(g, keep_everything(g, big_cluster())) + params
+def test_chen_sqrt_peak_at_most_keep_everything_plus_sources(g):
+    """A recomputation reads its sources again, so chen-sqrt may hold a parameter, or the data input where no
+    backward operation reads it, that keep-everything frees after the forward pass: at most all of them."""
+    sources = sum(n.bytes for n in g.nodes if n.kind in ("param", "input"))
+    assert peak_of(g, chen_sqrt(g, big_cluster())) <= peak_of(g, keep_everything(g, big_cluster())) + sources
 
 
 # --- agreement with a naive re-implementation of the contract --------------------------------------
