@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .cluster import Cluster
-from .graph import Graph, largest_operation
+from .graph import Graph, largest_operation, unneeded
 from .simulate import SimResult, describe
 
 
@@ -17,7 +17,8 @@ def graph_summary(graph: Graph) -> dict:
     total = {k: float(v[v == v].sum()) for k, v in a.cost.items()}
     return {"name": graph.name, "nodes": len(graph.nodes), "edges": graph.num_edges, "kinds": dict(kinds),
             "required": int(a.required.sum()), "total_compute_s": total,
-            "activation_bytes": int(a.bytes.sum()), "memory_lower_bound": lb, "largest_operation": node}
+            "activation_bytes": int(a.bytes.sum()), "memory_lower_bound": lb, "largest_operation": node,
+            "unneeded": unneeded(graph)}
 
 
 def sim_summary(result: SimResult, cluster: Cluster) -> dict:

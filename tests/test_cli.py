@@ -82,6 +82,11 @@ def test_solve_leaves_out_what_no_required_result_depends_on_and_says_so(capsys,
     code, out, _ = run(capsys, "simulate", path, out_file, "--mem", "100MB", "--json")
     assert code == 0 and json.loads(out)["valid"]
     assert not {i.node for i in load_schedule(out_file).instructions} & {"g0", "g1", "g2", "g3"}
+    # info names them too
+    code, out, _ = run(capsys, "info", path, "--json")
+    assert code == 0 and json.loads(out)["unneeded"] == ["g3", "g2", "g1", "g0"]
+    code, out, _ = run(capsys, "info", path)
+    assert "unneeded       4 operations no required result depends on (solve leaves them out): g3, g2, g1, g0" in out
 
 
 def test_solve_reports_the_whole_call_time_beside_the_solvers_own(capsys, graph_file):
