@@ -17,6 +17,7 @@ milp_floor.csv, milp_checkmate.csv and milp_joint.csv, each with the command,
 machine and load average on its first line (as a comment).
 
     .venv/bin/python experiments/bench_milp.py [--time-limit 60] [--joint-time-limit 120] [--quick]
+    .venv/bin/python experiments/bench_milp.py --build-only      # milp_build.csv alone
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def build_times(repeats: int = 3) -> list[dict]:
     from optsched.generate import random_training_graph
     from optsched.solvers.milp_model import build_model, make_spec
 
-    g = random_training_graph(160)
+    g = random_training_graph(161)     # 500 operations
     cl = single_accelerator(10**7, gpus=2)
     out = []
     for k in range(repeats):
@@ -172,6 +173,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-joint", action="store_true")
     ap.add_argument("--skip-checkmate", action="store_true")
+    ap.add_argument("--build-only", action="store_true", help="write milp_build.csv alone")
     ap.add_argument("--cuts", type=int, default=0,
                     help="MILP params cuts=K (recomputation-chain cuts K inputs deep)")
     ap.add_argument("--tag", default="",
@@ -182,6 +184,8 @@ def main(argv=None):
     tag = args.tag or ("cuts" if args.cuts else "")
     if not tag:
         write(os.path.join(HERE, "results", "milp_build.csv"), build_times(), cmd)
+    if args.build_only:
+        return
     params = {"cuts": args.cuts} if args.cuts else {}
     gs = graphs(args.quick, args.graphs)
     base = {}
