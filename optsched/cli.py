@@ -141,9 +141,10 @@ def cmd_info(args) -> int:
 
     g = _load_graph(args.graph)
     info = graph_summary(g)
-    baselines = {name: _baseline(g, name) for name in ("keep-everything", "chen-sqrt")}
+    run = drop_unneeded(g)      # what solve works on: the bounds and baselines hold for it
+    baselines = {name: _baseline(run, name) for name in ("keep-everything", "chen-sqrt")}
     info["baselines"] = baselines
-    info["recompute_floor"] = _recompute_floor(g)
+    info["recompute_floor"] = _recompute_floor(run)
     if args.json:
         _emit(args, info)
         return 0
@@ -152,12 +153,12 @@ def cmd_info(args) -> int:
     print("kinds          " + ", ".join(f"{k} {v}" for k, v in sorted(info["kinds"].items())))
     print("total compute  " + ", ".join(f"{k} {format_time(v)}" for k, v in info["total_compute_s"].items()))
     print(f"lower bound    {format_size(info['memory_lower_bound'])} (operation {info['largest_operation']!r})")
-    if info["unneeded"]:
-        print(f"unneeded       {len(info['unneeded'])} operations no required result depends on (solve leaves them "
-              f"out): {', '.join(info['unneeded'][:5])}{' ...' if len(info['unneeded']) > 5 else ''}")
     if info["recompute_floor"] is not None:
         print(f"               {format_size(info['recompute_floor'])} on one accelerator without swapping, whatever "
               "is recomputed")
+    if info["unneeded"]:
+        print(f"unneeded       {len(info['unneeded'])} operations no required result depends on (solve leaves them "
+              f"out): {', '.join(info['unneeded'][:5])}{' ...' if len(info['unneeded']) > 5 else ''}")
     rows = [[n, b.get("device", "-"), format_size(b["peak_bytes"]) if "peak_bytes" in b else "-",
              format_time(b["step_time_s"]) if "step_time_s" in b else "-",
              format_time(b["recompute_s"]) if "recompute_s" in b else b.get("error", "")]
@@ -497,9 +498,6 @@ def cmd_capture(args) -> int:
     if info["profile_failed"]:
         print(f"               {len(info['profile_failed'])} operations could not be profiled (roofline kept)")
     print(f"lower bound    {format_size(info['memory_lower_bound'])} (operation {info['largest_operation']!r})")
-    if info["unneeded"]:
-        print(f"unneeded       {len(info['unneeded'])} operations no required result depends on (solve leaves them "
-              f"out): {', '.join(info['unneeded'][:5])}{' ...' if len(info['unneeded']) > 5 else ''}")
     print("peak memory    " + (f"{format_size(ke['peak_bytes'])} keeping everything (step time "
                                 f"{format_time(ke['step_time_s'])} on {ke['device']})" if "peak_bytes" in ke
                                 else ke["error"]))

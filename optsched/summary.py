@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections import Counter
 
 from .cluster import Cluster
-from .graph import Graph, largest_operation, unneeded
+from .graph import Graph, drop_unneeded, largest_operation, unneeded
 from .simulate import SimResult, describe
 
 
 def graph_summary(graph: Graph) -> dict:
     a = graph.arrays
     kinds = Counter(n.kind for n in graph.nodes)
-    node, lb = largest_operation(graph)
+    node, lb = largest_operation(drop_unneeded(graph))     # no schedule needs to run the others
     total = {k: float(v[v == v].sum()) for k, v in a.cost.items()}
     return {"name": graph.name, "nodes": len(graph.nodes), "edges": graph.num_edges, "kinds": dict(kinds),
             "required": int(a.required.sum()), "total_compute_s": total,

@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from optsched.cli import main
-from optsched.formats import graph_to_dict, load_schedule, save_graph
+from optsched.formats import graph_to_dict, load_graph, load_schedule, save_graph
 from optsched.generate import chain_graph
+from optsched.graph import drop_unneeded, memory_lower_bound
 
 
 @pytest.fixture
@@ -75,7 +76,7 @@ def test_solve_leaves_out_what_no_required_result_depends_on_and_says_so(capsys,
     code, out, err = run(capsys, "solve", path, "--mem", "100MB", "--solver", "keep-everything", "-o", out_file,
                          "--json")
     assert code == 0, err
-    s = json.loads(out)
+    s, s_out = json.loads(out), out
     assert s["left_out"] == ["g3", "g2", "g1", "g0"]
     assert "left out 4 operations that no required result depends on: g3, g2, g1, g0" in err
     # the schedule is valid for the whole graph file, and runs none of them
@@ -84,7 +85,13 @@ def test_solve_leaves_out_what_no_required_result_depends_on_and_says_so(capsys,
     assert not {i.node for i in load_schedule(out_file).instructions} & {"g0", "g1", "g2", "g3"}
     # info names them too
     code, out, _ = run(capsys, "info", path, "--json")
-    assert code == 0 and json.loads(out)["unneeded"] == ["g3", "g2", "g1", "g0"]
+    info = json.loads(out)
+    assert code == 0 and info["unneeded"] == ["g3", "g2", "g1", "g0"]
+    # and its lower bound and baselines are those of what solve works on: a backward operation needs more memory
+    # than any forward one, but none has to run
+    whole = load_graph(path)
+    assert info["memory_lower_bound"] == memory_lower_bound(drop_unneeded(whole)) < memory_lower_bound(whole)
+    assert info["baselines"]["keep-everything"]["peak_bytes"] == json.loads(s_out)["devices"][0]["peak_bytes"]
     code, out, _ = run(capsys, "info", path)
     assert "unneeded       4 operations no required result depends on (solve leaves them out): g3, g2, g1, g0" in out
 
