@@ -59,7 +59,7 @@ def test_a_plain_run_over_early_leaves_its_core_to_the_search(monkeypatch):
     searched = []
     real_improve = M.improve
 
-    def run(model, x0, options, left, stop, cancel=None, live=None, floor=0.0):
+    def run(model, x0, options, left, stop, cancel=None, live=None, floor=0.0, stall=None):
         if x0 is None or model.spec.T == model.spec.n + model.spec.K:
             calls.append("plain")
             return {"x": None, "status": "infeasible", "bound": None, "extra": {"backend": "highs"}, "notes": [],
@@ -84,6 +84,35 @@ def test_a_plain_run_over_early_leaves_its_core_to_the_search(monkeypatch):
     r = simulate(g, cl, s)
     assert r.valid and s.report.objective <= float(model.cost @ x) / TIME_SCALE * (1 + 1e-9)
     assert s.report.objective <= float(model.cost @ x0) / TIME_SCALE * (1 + 1e-9)
+
+
+def test_a_cold_plain_run_without_a_schedule_by_its_stall_time_gives_its_core_to_the_search(monkeypatch):
+    # with no time to find a schedule, the cold model without gap stages stops at HiGHS's first MIP callback and
+    # its core searches around the gap-stage model's warm start; the report says so, and the schedule is valid
+    searched = []
+    real_improve = M.improve
+
+    def spy(model, x, until, stopped, goal=-np.inf, seed=0):
+        out = real_improve(model, x, until, stopped, goal, seed)
+        searched.append(out)
+        return out
+
+    monkeypatch.setattr(M, "_PLAIN_STALL", 0.0)
+    monkeypatch.setattr(M, "improve", spy)
+    g = generate.random_training_graph(40, 3, window=2)
+    cl = one_gpu(int(0.5 * ke_peak(g)))
+    opts = SolveOptions(swap=False, time_limit=15, threads=2)
+    spec, model, x0, msg, *_, alt = prepare(g, cl, opts)
+    assert x0 is not None and alt is not None and alt[1] is None       # the plain model starts cold
+    s = solve(g, cl, "milp", opts)
+    plain = s.report.extra["runs"]["without gap stages"]
+    assert plain["objective"] is None and plain["solve_time"] < 10
+    assert "the model without gap stages found no schedule in 0 s and gave its core up" in s.report.message
+    assert len(searched) == 1 and searched[0][1]["rounds"] >= 1
+    seen = searched[0][1]
+    assert f"on the freed core: {seen['rounds']} rounds, {seen['improved']} improvements" in s.report.message
+    r = simulate(g, cl, s)
+    assert r.valid and s.report.objective <= float(model.cost @ x0) / TIME_SCALE * (1 + 1e-9)
 
 
 def test_a_model_too_large_for_branch_and_bound_gets_the_search_instead(monkeypatch):

@@ -778,7 +778,11 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     def go(i, m, x, opts):
         # a run that settles stops the other unless the other holds a faster schedule (different orders)
         try:
-            out[i] = _highs_run(m, x, opts, left, stop, cancel[i], live[i], floor)
+            # a cold plain run without a schedule halfway is unlikely to beat the staged model's warm start in
+            # the time left: its core goes to the search around that start (gpt2-3 at 25%: its root LP took 12 s
+            # of 34, its cut rounds the rest, and no node was searched)
+            stall = left * _PLAIN_STALL if i == 0 and px0 is None and x0 is not None else None
+            out[i] = _highs_run(m, x, opts, left, stop, cancel[i], live[i], floor, stall)
             if i == 0 and not settled(out[0]) and x0 is not None:
                 # the plain run is over early: its core searches around the staged model's warm start
                 out[2] = improve(model, x0, t0 + left, lambda: stop.is_set() or finished.is_set(), goal, seed=1)
@@ -807,6 +811,9 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
         if isinstance(r, BaseException):
             raise r
     notes = ["the models with and without gap stages ran side by side"]
+    if "gave_up" in out[0]["extra"]:
+        notes.append(f"the model without gap stages found no schedule in {out[0]['extra']['gave_up']:.3g} s "
+                     "and gave its core up")
     staged = out[1]
     if out[2] is not None:
         x, seen = out[2]
@@ -821,6 +828,7 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
 _PLAIN_SHARE = 0.2
 _PLAIN_COLD_SHARE = 0.5   # a cold start must find a schedule before it can prove one (random 40-layer graph,
                           # seed 3, at 50%: 4 s found none; 10 s found the optimum the warm gap-stage model never did)
+_PLAIN_STALL = 0.4        # side by side: the share of the time a cold plain run gets to find a schedule
 _CUT_SHARE = 0.3          # of a run's time, at most, for the rounds of chain cuts at the root (`cuts.py`)
 # No strong branching to initialise pseudocosts: these models have thousands of fractional binaries at a node, and
 # strong branching on them took 80% of the LP iterations (transformer at 70%: 1% gap proven in 36 s, not 59 s; at
@@ -846,11 +854,13 @@ def _goal(floor: float, gap: float) -> float:
 
 
 def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: threading.Event,
-               cancel: threading.Event | None = None, live: dict | None = None, floor: float = 0.0) -> dict:
+               cancel: threading.Event | None = None, live: dict | None = None, floor: float = 0.0,
+               stall: float | None = None) -> dict:
     """HiGHS on `model` from `x0` for at most `left` seconds, in a worker thread stopped by Ctrl-C (`stop`), or
     by `cancel` (a run beside it settled the solve; status "time_limit": stopped before proving); `live["obj"]`
     follows its incumbent (model units) for the run beside it. `floor` (seconds, `bounds.lower_bounds`) holds
     for every schedule: an incumbent within the gap of it is proven, and the run stops (or does not start).
+    `stall` (seconds): the run gives up when it has found no schedule by then.
     {x, status, bound, extra, notes, solve_time}; x is x0 when HiGHS found nothing better or did not run."""
     import highspy
 
@@ -869,7 +879,8 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
             h.setOptionValue("threads", int(options.threads))
         _set_options(h, options, warm=x0 is not None)
     t0 = time.perf_counter()
-    state = {"last": 0.0, "inc": None, "bound": None}
+    state = {"last": 0.0, "inc": None, "bound": None, "found": False}
+    gave_up = threading.Event()
 
     def report(e):
         out = e.data_out
@@ -891,16 +902,25 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         return (stop.is_set() or halt.is_set() or (cancel is not None and cancel.is_set())
                 or time.perf_counter() > t0 + left)
 
+    def stuck() -> bool:
+        if stall is None or state["found"] or time.perf_counter() < t0 + stall:
+            return False
+        gave_up.set()
+        return True
+
     def poll(e):
-        if stopped():
+        if stopped() or stuck():
             e.interrupt()
 
     by_floor = threading.Event()
 
     def poll_mip(e):
-        if stopped():
+        out = e.data_out
+        if abs(out.mip_primal_bound) < 1e30:
+            state["found"] = True
+        if stopped() or stuck():
             e.interrupt()
-        elif e.data_out.mip_primal_bound <= goal:
+        elif out.mip_primal_bound <= goal:
             by_floor.set()
             e.interrupt()
 
@@ -971,6 +991,9 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         if status == "optimal" and x is not None:
             bound = max(bound or 0.0, 0.0)
         extra.update(model_status=h.modelStatusToString(ms), nodes=int(info.mip_node_count))
+    if gave_up.is_set():
+        notes.append(f"HiGHS found no schedule in {stall:.3g} s: stopped")
+        extra["gave_up"] = stall
     if cut_info.get("rounds"):
         lp = cut_info["lp"]
         extra["cuts"] = {"rounds": cut_info["rounds"], "rows": cut_info["cuts"], "seconds": cut_info["seconds"],
