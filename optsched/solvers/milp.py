@@ -747,8 +747,9 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     (HiGHS's branch and bound works on one core; the two runs double what a 60 s limit buys on two), and the first
     to settle stops the other: the plain model proving its gap with a schedule no slower than the staged model's
     start, or the staged model proving optimality. A plain run over without settling (at tight budgets its model
-    often has no schedule, proven in a second or two) leaves its core to `lns.improve` around the staged model's
-    warm start until the staged run ends; the better point is the staged run's. On one core, the plain model
+    often has no schedule, proven in a second or two), or cold and still without a schedule after _PLAIN_STALL of
+    the time, leaves its core to `lns.improve` around the staged model's warm start until the staged run ends; the
+    better point is the staged run's. On one core, the plain model
     first for _PLAIN_SHARE of the time (_PLAIN_COLD_SHARE when it starts cold, as it must find a schedule before
     it can prove one), then the staged model for the rest unless the plain one proved its gap.
     `handoff`: the within-stage model follows (`_within_stage`); the plain model's proof then stops the staged run
