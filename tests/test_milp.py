@@ -256,9 +256,9 @@ def test_with_two_threads_the_models_run_side_by_side_and_the_plain_proof_stops_
     M = importlib.import_module("optsched.solvers.milp")
     real, calls = M._highs_run, []
 
-    def run(model, x0, options, left, stop, cancel=None, live=None, floor=0.0):
+    def run(model, x0, options, left, stop, cancel=None, live=None, floor=0.0, stall=None):
         started = time.perf_counter()
-        out = real(model, x0, options, left, stop, cancel, live, floor)
+        out = real(model, x0, options, left, stop, cancel, live, floor, stall)
         calls.append({"model": model, "options": options, "cancel": cancel, "started": started,
                       "ended": time.perf_counter(), "out": out})
         return out
