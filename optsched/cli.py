@@ -27,13 +27,16 @@ def _load_graph(arg: str) -> Graph:
     return import_graph(arg)
 
 
+def _first(names: list[str], k: int = 5) -> str:
+    return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
+
+
 def _to_solve(graph: Graph) -> tuple[Graph, list[str]]:
     """The graph a solve works on, and what it leaves out: operations that no required result depends on (a
     schedule need not run them; every schedule of the rest is valid for the whole graph), said on stderr."""
     gone = unneeded(graph)
     if gone:
-        shown = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
-        print(f"optsched: left out {len(gone)} operations that no required result depends on: {shown} "
+        print(f"optsched: left out {len(gone)} operations that no required result depends on: {_first(gone)} "
               "(mark a result `required` in the graph file to have it computed)", file=sys.stderr)
     return drop_unneeded(graph), gone
 
@@ -158,7 +161,7 @@ def cmd_info(args) -> int:
               "is recomputed")
     if info["unneeded"]:
         print(f"unneeded       {len(info['unneeded'])} operations no required result depends on (solve leaves them "
-              f"out): {', '.join(info['unneeded'][:5])}{' ...' if len(info['unneeded']) > 5 else ''}")
+              f"out): {_first(info['unneeded'])}")
     rows = [[n, b.get("device", "-"), format_size(b["peak_bytes"]) if "peak_bytes" in b else "-",
              format_time(b["step_time_s"]) if "step_time_s" in b else "-",
              format_time(b["recompute_s"]) if "recompute_s" in b else b.get("error", "")]

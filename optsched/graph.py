@@ -196,16 +196,23 @@ def check_graph(graph: Graph) -> Graph:
     return graph
 
 
+def needed_mask(required: np.ndarray, topo: np.ndarray, in_ptr: np.ndarray, in_idx: np.ndarray) -> np.ndarray:
+    """Per node: is it required, or does a required result depend on it? Over CSR inputs and a topological order,
+    so that the graph (`unneeded`) and the MILP's index space (`bounds`) share it."""
+    need = required.copy()
+    for v in topo[::-1].tolist():
+        if need[v]:
+            need[in_idx[in_ptr[v]:in_ptr[v + 1]]] = True
+    return need
+
+
 def unneeded(graph: Graph) -> list[str]:
     """Operations that no required result depends on, in graph order: a valid schedule need not run them (a
     graph built by autodiff has none; a hand-made or generated file may). Empty when nothing is required."""
     a = graph.arrays
     if not a.required.any():
         return []
-    need = a.required.copy()
-    for v in a.topo[::-1].tolist():
-        if need[v]:
-            need[a.inputs_of(v)] = True
+    need = needed_mask(a.required, a.topo, a.in_ptr, a.in_idx)
     return [a.ids[i] for i in np.flatnonzero(~need)]
 
 

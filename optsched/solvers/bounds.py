@@ -50,6 +50,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..graph import needed_mask
 from .milp_model import TIME_SCALE, ModelSpec
 
 _CANDIDATES = 24    # operations x tried with the LP (where keep-everything holds the most bytes)
@@ -180,11 +181,7 @@ def _ranked(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, second
 
 def _needed(spec: ModelSpec) -> np.ndarray:
     """Operations some required result depends on (or required themselves)."""
-    need = spec.required.copy()
-    for v in spec.order[::-1].tolist():
-        if need[v]:
-            need[spec.in_idx[spec.in_ptr[v]:spec.in_ptr[v + 1]]] = True
-    return need
+    return needed_mask(spec.required, spec.order, spec.in_ptr, spec.in_idx)
 
 
 def _sole_device(spec: ModelSpec, needed: np.ndarray) -> int | None:
