@@ -536,6 +536,49 @@ def test_pulp_run_without_an_integer_solution_keeps_the_warm_start(monkeypatch):
     assert simulate(g, cl, s).valid and s.report.status in ("time_limit", "feasible")
 
 
+
+@pytest.mark.parametrize("how", ["time_limit", "interrupted"])
+def test_pulp_solver_process_that_overruns_or_is_interrupted_is_stopped(monkeypatch, how):
+    # CBC checks its own time limit only between phases (gnmt at 60% with 2 devices: over 300 s on a 20 s limit):
+    # a solver process still running past the limit, or at Ctrl-C, is killed, and the warm start returned
+    import _thread
+
+    import pulp
+
+    g = generate.random_training_graph(12, 1)
+    cl = single_accelerator(largest_operation(g)[1])
+    procs = []
+
+    def stuck(prob, solver=None, **kw):      # as PuLP's CBC driver does: a child process, waited for
+        procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]))
+        if how == "interrupted":
+            time.sleep(0.5)
+            _thread.interrupt_main()
+        if procs[-1].wait() != 0:
+            raise pulp.PulpSolverError("Pulp: Error while trying to execute")
+
+    monkeypatch.setattr(pulp.LpProblem, "solve", stuck)
+    s = solve(g, cl, "pulp", time_limit=3, threads=1)
+    assert procs and procs[0].wait(timeout=10) != 0       # killed, not finished
+    assert s.report.status == how and simulate(g, cl, s).valid
+    if how == "time_limit":
+        assert "overran the time limit and was stopped" in s.report.message
+
+
+def test_pulp_solver_failure_is_a_plain_error(monkeypatch):
+    import pulp
+
+    from optsched.errors import OptschedError
+
+    def broken(prob, solver=None, **kw):
+        raise pulp.PulpSolverError("Pulp: Error while trying to execute")
+
+    monkeypatch.setattr(pulp.LpProblem, "solve", broken)
+    g = generate.random_training_graph(12, 1)
+    with pytest.raises(OptschedError, match="failed"):
+        solve(g, single_accelerator(largest_operation(g)[1]), "pulp", time_limit=5, threads=1)
+
+
 # ------------------------------------------------------------------ Ctrl-C, time limit, heuristic warm start
 
 def _interrupt_case():
