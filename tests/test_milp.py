@@ -565,6 +565,19 @@ def test_pulp_solver_process_that_overruns_or_is_interrupted_is_stopped(monkeypa
         assert "overran the time limit and was stopped" in s.report.message
 
 
+
+def test_pulp_model_too_large_for_the_time_left_returns_the_warm_start(monkeypatch):
+    # PuLP holds a Python object per term: a model it cannot build in half the time left is not built
+    import importlib
+
+    milp_mod = importlib.import_module("optsched.solvers.milp")
+    monkeypatch.setattr(milp_mod, "_PULP_NNZ_PER_S", 1)
+    g = generate.random_training_graph(12, 1)
+    cl = single_accelerator(largest_operation(g)[1])
+    s = solve(g, cl, "pulp", time_limit=5, threads=1)
+    assert s.report.status in ("time_limit", "feasible") and simulate(g, cl, s).valid
+    assert "too large to pass to PuLP" in s.report.message
+
 def test_pulp_solver_failure_is_a_plain_error(monkeypatch):
     import pulp
 

@@ -1071,45 +1071,25 @@ def _pulp(graph, cluster, options, solver_name):
     import pulp
 
     t_start = time.perf_counter()
+    solver = _pulp_solver_named(solver_name, options)       # before the work: a missing solver is said at once
     spec, model, x0, warm_msg, base, build_time, notes, _ = prepare(graph, cluster, options)
     if options.write_model:
         write_model(model, options.write_model)
     bounds = _bounds(graph, cluster, options, base, spec)
-    prob = pulp.LpProblem("optsched", pulp.LpMinimize)
-    make = getattr(prob, "add_variable", None) or pulp.LpVariable
-    xs = [make(f"x{j}", lowBound=model.lb[j], upBound=None if math.isinf(model.ub[j]) else model.ub[j],
-               cat=pulp.LpInteger if model.integ[j] else pulp.LpContinuous) for j in range(model.ncol)]
-    prob += pulp.lpSum(model.cost[j] * xs[j] for j in np.flatnonzero(model.cost).tolist())
-    st, idx, val = model.start.tolist(), model.index.tolist(), model.value.tolist()
-    for i in range(model.nrow):
-        expr = pulp.LpAffineExpression([(xs[idx[k]], val[k]) for k in range(st[i], st[i + 1])])
-        lo, hi = model.row_lo[i], model.row_hi[i]
-        if lo == hi:
-            prob += expr == lo
-        else:
-            if math.isfinite(lo):
-                prob += expr >= lo
-            if math.isfinite(hi):
-                prob += expr <= hi
-    if x0 is not None:
-        for j, v in enumerate(x0.tolist()):
-            xs[j].setInitialValue(round(v) if model.integ[j] else v)
-    left = max(options.time_limit - (time.perf_counter() - t_start), 1.0)     # the whole call, as for HiGHS
-    kw = dict(msg=bool(options.verbose), timeLimit=float(left), gapRel=float(options.gap),
-              warmStart=x0 is not None)
-    if options.threads:
-        kw["threads"] = int(options.threads)
-    try:
-        try:
-            solver = pulp.getSolver(solver_name, **kw)
-        except TypeError:
-            solver = pulp.getSolver(solver_name)
-    except (KeyError, pulp.PulpSolverError):
-        raise OptschedError(f"PuLP solver {solver_name!r} is not available on this machine",
-                            hint="pulp.listSolvers(onlyAvailable=True) lists those that are") from None
-    if not solver.available():
-        raise OptschedError(f"PuLP solver {solver_name!r} is not available on this machine",
-                            hint="pulp.listSolvers(onlyAvailable=True) lists those that are")
+    extra = {"backend": f"pulp:{solver_name}"}
+    until = t_start + options.time_limit       # the whole call, as for HiGHS
+    built = _pulp_problem(model, x0, until)
+    if built is None:
+        left = until - time.perf_counter()
+        why = (f"the model ({model.index.size} nonzeros) is too large to pass to PuLP in the time left "
+               f"({max(left, 0):.3g} s); raise --time-limit, or use the milp solver")
+        return finish(graph, cluster, options, f"pulp:{solver_name}", spec, model, x0, "time_limit", None, 0.0,
+                      build_time, base, warm_msg, extra, notes, [why], bounds=bounds)
+    prob, xs = built
+    left = max(until - time.perf_counter(), 1.0)
+    solver.timeLimit = float(left)
+    if hasattr(solver, "optionsDict"):
+        solver.optionsDict["warmStart"] = x0 is not None
     t0 = time.perf_counter()
     stopped = _pulp_solve(prob, solver, solver_name, t0 + left + _GRACE)
     status = stopped or "feasible"
@@ -1141,9 +1121,70 @@ def _pulp(graph, cluster, options, solver_name):
         bound = float(pulp.value(prob.objective)) / TIME_SCALE
     if x is None and x0 is not None and status != "infeasible":
         x = x0
-    extra = {"backend": f"pulp:{solver_name}", "pulp_status": pulp.LpStatus.get(ps, str(ps))}
+    extra["pulp_status"] = pulp.LpStatus.get(ps, str(ps))
     return finish(graph, cluster, options, f"pulp:{solver_name}", spec, model, x, status, bound, solve_time,
                   build_time, base, warm_msg, extra, notes, over, bounds=bounds)
+
+
+def _pulp_solver_named(name: str, options: SolveOptions):
+    """PuLP's solver `name` with the solve options (its time limit is set once the model is built), or a plain
+    error when this machine has none of that name."""
+    import pulp
+
+    kw = dict(msg=bool(options.verbose), timeLimit=float(options.time_limit), gapRel=float(options.gap),
+              warmStart=True)
+    if options.threads:
+        kw["threads"] = int(options.threads)
+    try:
+        try:
+            solver = pulp.getSolver(name, **kw)
+        except TypeError:
+            solver = pulp.getSolver(name)
+    except (KeyError, pulp.PulpSolverError):
+        solver = None
+    if solver is None or not solver.available():
+        raise OptschedError(f"PuLP solver {name!r} is not available on this machine",
+                            hint="pulp.listSolvers(onlyAvailable=True) lists those that are")
+    return solver
+
+
+def _pulp_problem(model: MilpArrays, x0, until: float):
+    """(the model as a PuLP problem, its variables, x0 as their initial values), or None when building it would
+    not end halfway to `until` (perf_counter), leaving as long again for PuLP to write the model out and for its
+    solver. PuLP holds a Python object per variable and per term (260,000-340,000 terms a second on 2 cores: the
+    3-layer BERT at 50% with the host, 4.8M nonzeros, in 18 s; gpt2-3 at 30%, 619k, in 1.9 s), so ResNet-50's
+    model at 50% with the host (21M nonzeros) took some 100 s to pass and a 30 s time limit held no longer.
+    Checked before (at _PULP_NNZ_PER_S, refusing what cannot be built in time) and while building."""
+    import pulp
+
+    half = time.perf_counter() + (until - time.perf_counter()) / 2     # PuLP then writes it out, about as long
+    if model.index.size > _PULP_NNZ_PER_S * (half - time.perf_counter()):
+        return None
+    prob = pulp.LpProblem("optsched", pulp.LpMinimize)
+    make = getattr(prob, "add_variable", None) or pulp.LpVariable
+    xs = [make(f"x{j}", lowBound=model.lb[j], upBound=None if math.isinf(model.ub[j]) else model.ub[j],
+               cat=pulp.LpInteger if model.integ[j] else pulp.LpContinuous) for j in range(model.ncol)]
+    prob += pulp.lpSum(model.cost[j] * xs[j] for j in np.flatnonzero(model.cost).tolist())
+    st, idx, val = model.start.tolist(), model.index.tolist(), model.value.tolist()
+    for i in range(model.nrow):
+        if i % 4096 == 0 and time.perf_counter() > half:
+            return None
+        expr = pulp.LpAffineExpression([(xs[idx[k]], val[k]) for k in range(st[i], st[i + 1])])
+        lo, hi = model.row_lo[i], model.row_hi[i]
+        if lo == hi:
+            prob += expr == lo
+        else:
+            if math.isfinite(lo):
+                prob += expr >= lo
+            if math.isfinite(hi):
+                prob += expr <= hi
+    if x0 is not None:
+        for j, v in enumerate(x0.tolist()):
+            xs[j].setInitialValue(round(v) if model.integ[j] else v)
+    return prob, xs
+
+
+_PULP_NNZ_PER_S = 400_000   # above the rates measured
 
 
 def _pulp_solve(prob, solver, solver_name: str, until: float) -> str | None:
@@ -1180,12 +1221,16 @@ def _pulp_solve(prob, solver, solver_name: str, until: float) -> str | None:
             if why is None and worker.is_alive() and time.perf_counter() > until:
                 why = "time_limit"
         if why is not None:
-            for c in me.children(recursive=True):
-                if c.pid not in before:
-                    with contextlib.suppress(psutil.Error):
-                        c.kill()
-            worker.join(_GRACE)
-            return why
+            # PuLP may still be writing the model out, its solver not yet started: killed as it starts
+            end = time.perf_counter() + _GRACE
+            while True:
+                for c in me.children(recursive=True):
+                    if c.pid not in before:
+                        with contextlib.suppress(psutil.Error):
+                            c.kill()
+                if not worker.is_alive() or time.perf_counter() > end:
+                    return why
+                worker.join(0.05)
     if failed:
         e = failed[0]
         if isinstance(e, pulp.PulpSolverError):
