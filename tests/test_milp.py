@@ -549,8 +549,9 @@ def test_pulp_solver_process_that_overruns_or_is_interrupted_is_stopped(monkeypa
     cl = single_accelerator(largest_operation(g)[1])
     procs = []
 
-    def stuck(prob, solver=None, **kw):      # as PuLP's CBC driver does: a child process, waited for
-        procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]))
+    def stuck(prob, solver=None, **kw):      # as PuLP's CBC driver does: CBC in a child process, waited for
+        # (CBC without arguments reads commands from its input, here forever)
+        procs.append(subprocess.Popen([solver.path], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL))
         if how == "interrupted":
             time.sleep(0.5)
             _thread.interrupt_main()

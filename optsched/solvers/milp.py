@@ -1216,17 +1216,17 @@ def _pulp_solve(prob, solver, solver_name: str, until: float) -> str | None:
         while worker.is_alive() and why is None:
             try:
                 worker.join(0.05)
+                if worker.is_alive() and time.perf_counter() > until:
+                    why = "time_limit"
             except KeyboardInterrupt:
                 why = "interrupted"
-            if why is None and worker.is_alive() and time.perf_counter() > until:
-                why = "time_limit"
         if why is not None:
             # PuLP may still be writing the model out, its solver not yet started: killed as it starts
             end = time.perf_counter() + _GRACE
             while True:
                 for c in me.children(recursive=True):
-                    if c.pid not in before:
-                        with contextlib.suppress(psutil.Error):
+                    with contextlib.suppress(psutil.Error):
+                        if c.pid not in before and _started_by(c, solver):
                             c.kill()
                 if not worker.is_alive() or time.perf_counter() > end:
                     return why
@@ -1238,6 +1238,15 @@ def _pulp_solve(prob, solver, solver_name: str, until: float) -> str | None:
                                 hint="SolveOptions(verbose=True) shows the solver's own output") from None
         raise e
     return None
+
+
+def _started_by(proc, solver) -> bool:
+    """Whether the process runs the solver's program (any new child, for a solver PuLP drives without one)."""
+    path = getattr(solver, "path", None)
+    if not isinstance(path, str) or not path:
+        return True
+    cmd = proc.cmdline()
+    return bool(cmd) and os.path.basename(cmd[0]) == os.path.basename(path)
 
 
 pulp_cbc = pulp_solver("PULP_CBC_CMD")
