@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from .cluster import Cluster, check_cluster, single_accelerator
 from .errors import InfeasibleError, OptschedError
+from .formats import output_folder
 from .graph import Graph, drop_unneeded, largest_operation, unneeded
 from .units import format_size, format_time, parse_bandwidth, parse_size, parse_time
 
@@ -279,6 +280,12 @@ def cmd_solve(args) -> int:
         from .plot import figure_path
 
         figure_path(args.plot)
+    if args.output:
+        output_folder(args.output, "--output")     # before the solve: its result is not lost to a typo in the path
+    if args.write_model:
+        from .solvers.milp import model_path
+
+        model_path(args.write_model)
     if args.solver in ("keep-everything", "chen-sqrt") or args.device:
         _check_budget(g, cl, {pick_device(g, cl, args.device).name})
     else:
@@ -362,6 +369,8 @@ def cmd_sweep(args) -> int:
         from .plot import figure_path
 
         figure_path(args.plot)
+    if args.output:
+        output_folder(args.output, "--output")
     make = partial(single_accelerator, gpus=args.gpus, host_memory=parse_size(args.host_mem, "--host-mem"),
                    bandwidth=parse_bandwidth(args.bandwidth, "--bandwidth"))
     opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=args.gap)
@@ -475,6 +484,7 @@ def cmd_capture(args) -> int:
     build = _example_builder(args.model, shapes, kinds, args.vocab)
 
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    output_folder(args.output, "--output")     # before the capture, which may take minutes
     start = time.perf_counter()
     g = capture_factory(build, fake=args.fake, dtype=dtypes.get(args.dtype), optimizer=args.optimizer,
                         cuda=args.cuda_preset, profile=args.profile, name=args.model)

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 from .errors import OptschedError
+from .formats import output_folder
 from .schedule import Compute, Copy, Schedule
 from .simulate import SimResult
 from .units import format_size
@@ -181,6 +182,7 @@ def figure_path(path: str) -> str:
     if ext not in FIGURE_FORMATS:
         raise OptschedError(f"cannot write a figure to {path!r}", field="--plot",
                             hint="end the name in " + ", ".join("." + f for f in FIGURE_FORMATS))
+    output_folder(path, "--plot")
     return str(path)
 
 

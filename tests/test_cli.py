@@ -4,6 +4,7 @@ mistake ends with one message naming the problem and exit status 2."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -284,6 +285,39 @@ def test_milp_through_cli(capsys, tmp_path, solver, extra):
     assert model.read_text().strip() and load_schedule(out_file).report.solver.startswith(solver)
     assert (" F_0_" in model.read_text()) == bool(extra)     # the within-stage count's FREE columns
 
+
+
+@pytest.mark.parametrize("flag,name,needle", [
+    ("-o", "missing/s.json", "folder does not exist"),
+    ("--write-model", "missing/m.lp", "folder does not exist"),     # HiGHS crashed the process on this path
+    ("--write-model", "m.txt", "end the name in .mps or .lp"),
+    ("-o", ".", "is a folder, not a file"),
+    ("--plot", "missing/p.png", "folder does not exist"),
+])
+def test_solve_refuses_an_output_it_cannot_write_before_solving(capsys, tmp_path, monkeypatch, flag, name, needle):
+    import optsched.solvers as S
+
+    def never(*a, **k):
+        raise AssertionError("solved before the output path was checked")
+
+    monkeypatch.setattr(S, "get_solver", lambda name: never)
+    code, _, err = run(capsys, "solve", "example:tiny", "--mem", "1.1MB", flag, tmp_path / name)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_write_model_into_a_missing_folder_is_a_plain_error(tmp_path):
+    # from Python as well: the model is written all or nothing, and nothing is left behind
+    from optsched.cluster import single_accelerator
+    from optsched.errors import OptschedError
+    from optsched.formats import example_graph_path
+    from optsched.solvers import SolveOptions, solve
+
+    g = load_graph(example_graph_path("tiny"))
+    with pytest.raises(OptschedError, match="folder does not exist"):
+        solve(g, single_accelerator(1_100_000), "milp", SolveOptions(time_limit=5,
+                                                                      write_model=str(tmp_path / "no" / "m.mps")))
+    assert os.listdir(tmp_path) == []
 
 def test_cuts_option(capsys):
     base = ["solve", "example:tiny", "--mem", "1.1MB", "--json"]

@@ -9,6 +9,7 @@ from .jsonio import (
                      load_cluster,
                      load_graph,
                      load_schedule,
+                     output_folder,
                      read_json,
                      save_cluster,
                      save_graph,
@@ -16,10 +17,12 @@ from .jsonio import (
                      schedule_from_dict,
                      schedule_to_dict,
                      schema,
+                     write_atomic,
                      write_json,
 )
 
 __all__ = ["load_cluster", "load_graph", "load_schedule", "read_json", "save_cluster", "save_graph",
            "save_schedule", "write_json", "graph_to_dict", "graph_from_dict", "cluster_to_dict",
-           "cluster_from_dict", "schedule_to_dict", "schedule_from_dict", "schema"]
+           "cluster_from_dict", "schedule_to_dict", "schedule_from_dict", "schema", "output_folder",
+           "write_atomic"]
 from .importers import detect_format, example_graph_path, example_names, import_graph  # noqa: F401, E402

@@ -44,17 +44,31 @@ def read_json(path: str | os.PathLike) -> object:
         raise FormatError("not a UTF-8 text file", file=str(p)) from None
 
 
-def write_json(path: str | os.PathLike, data: object) -> None:
-    """Write all or nothing: a temporary file beside the target, then a rename."""
+def output_folder(path: str | os.PathLike, what: str | None = None) -> Path:
+    """The folder a file will be written to, refused when it is missing or not writable: the CLI checks its
+    outputs this way before any solving, so that a long solve is not lost to a typo in the path. `what`: the
+    option that named the file."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise FormatError("is a folder, not a file", file=str(p), field=what, hint="name a file in it")
     if not parent.is_dir():
-        raise FormatError("folder does not exist", file=str(parent))
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+        raise FormatError("folder does not exist", file=str(parent), field=what,
+                          hint="create it first, or name a file in an existing folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise FormatError("folder is not writable", file=str(parent), field=what)
+    return parent
+
+
+def write_atomic(path: str | os.PathLike, write, suffix: str = ".tmp", what: str | None = None) -> None:
+    """Write all or nothing: `write(tmp)` fills a temporary file beside the target (its name ends in `suffix`),
+    then a rename. `what`: the option that named the file, for the error."""
+    p = Path(path)
+    parent = output_folder(p, what)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=suffix, dir=parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, separators=(",", ":") if _large(data) else None, indent=None if _large(data) else 1)
-            f.write("\n")
+        write(tmp)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes it private; a saved file is an ordinary one
@@ -63,6 +77,16 @@ def write_json(path: str | os.PathLike, data: object) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json(path: str | os.PathLike, data: object) -> None:
+    """Write all or nothing (`write_atomic`)."""
+    def dump(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, separators=(",", ":") if _large(data) else None, indent=None if _large(data) else 1)
+            f.write("\n")
+
+    write_atomic(path, dump)
 
 
 def _large(data) -> bool:

@@ -582,14 +582,36 @@ def highs_model(model: MilpArrays):
 
 
 def write_model(model: MilpArrays, path: str) -> None:
-    if not str(path).endswith((".mps", ".lp")):
-        raise OptschedError(f"write_model: {path!r} must end in .mps or .lp")
+    """The model as .mps or .lp (HiGHS writes it), for any external solver: all or nothing (HiGHS crashed the
+    process on a path in a missing folder; `formats.write_atomic` checks the folder first)."""
+    import highspy
+
+    from ..formats import write_atomic
+
+    ext = model_path(path)
     h = highs_model(model)
-    if str(path).endswith(".lp"):
+    if ext == ".lp":
         names = model.col_names()
         for j, nm in enumerate(names):
             h.passColName(j, nm)
-    h.writeModel(str(path))
+
+    def write(tmp: str) -> None:
+        if h.writeModel(tmp) == highspy.HighsStatus.kError:
+            raise OptschedError("HiGHS could not write the model", file=str(path))
+
+    write_atomic(path, write, suffix=ext, what="--write-model")
+
+
+def model_path(path: str) -> str:
+    """The extension of a file `write_model` can write (.mps or .lp), its folder checked; else a plain error."""
+    from ..formats import output_folder
+
+    ext = os.path.splitext(str(path))[1].lower()
+    if ext not in (".mps", ".lp"):
+        raise OptschedError(f"cannot write the model to {str(path)!r}", field="--write-model",
+                            hint="end the name in .mps or .lp")
+    output_folder(path, "--write-model")
+    return ext
 
 
 # HiGHS checks its time limit only between phases: on bert_l3 at 1 GB (4.6M nonzeros) presolve alone ran
