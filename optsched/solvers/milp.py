@@ -1213,7 +1213,9 @@ def _pulp_solve(prob, solver, solver_name: str, until: float) -> str | None:
     """PuLP's solve in a worker thread: None when it finished, "time_limit" or "interrupted" when the solver
     process it started was still running at `until` (perf_counter) or at Ctrl-C, and was killed. CBC checks its
     own time limit only between phases (gnmt, 276 operations, at 60% with 2 devices: over 300 s on a 20 s limit,
-    inside its root). Its files go to a folder of this call's, removed after it, killed or not."""
+    inside its root). Its files go to a folder of this call's, removed after it, killed or not. A solver PuLP runs
+    inside this process (through a Python API) cannot be killed: the call returns all the same, and that solver
+    ends at its own time limit."""
     import tempfile
 
     import psutil
