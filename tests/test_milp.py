@@ -507,6 +507,27 @@ def test_model_of_500_nodes_is_well_formed():
     assert m.index.min() >= 0 and m.index.max() < m.ncol and m.row_lo.size == m.nrow
 
 
+
+def test_every_operation_on_the_host_is_a_candidate_when_nothing_fits_the_accelerator():
+    # the tiny example at 60% without swapping: an operation of 803 kB over the accelerator's 648 kB, so no
+    # baseline fits there; the host can run every operation, and doing so is a schedule the MILP starts from
+    # (gnmt in the same case: its cold MILP found none in 8 s and the solve said "no schedule found")
+    from optsched.formats import example_graph_path, load_graph
+    from optsched.solvers.milp import _candidates
+
+    g = load_graph(example_graph_path("tiny"))
+    cl = single_accelerator(int(0.6 * ke_peak(g)))
+    opts = SolveOptions(swap=False, time_limit=5, threads=1)
+    found = {name: r for name, _, r in _candidates(g, cl, opts)}
+    assert not any(r.valid for name, r in found.items() if name != "keep-everything on the host")
+    host = found["keep-everything on the host"]
+    assert host.valid and host.peak["gpu0"] == 0
+    s = solve(g, cl, "milp", swap=False, time_limit=5, threads=1)
+    assert simulate(g, cl, s).valid and s.report.objective <= host.makespan * (1 + 1e-9)
+    # where the model keeps the host from computing, it is no candidate
+    names = [name for name, _, _ in _candidates(g, cl, replace(opts, params={"host_compute": False}))]
+    assert "keep-everything on the host" not in names
+
 def test_pulp_named_solver_missing_is_a_plain_error():
     from optsched.errors import OptschedError
 

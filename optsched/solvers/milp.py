@@ -200,7 +200,26 @@ def _candidates(graph, cluster, options):
             s = _candidate(graph, cluster, options, rounding.lp_rounding, share)
             if s is not None:
                 out.append(("lp-rounding", s, simulate(graph, cluster, s)))
+    host = _host(graph, cluster, options)
+    if host is not None and not any(r.valid for _, _, r in out):
+        # nothing fits the accelerators: every operation on the host, where it can run them all, is a schedule
+        # all the same (gnmt at 60% without swapping: an operation of 960 MB over the accelerator's 584 MB; the
+        # MILP started cold and found none in 8 s)
+        s = _candidate(graph, cluster, replace(options, device=host), B.keep_everything)
+        if s is not None:
+            out.append(("keep-everything on the host", s, simulate(graph, cluster, s)))
     return out
+
+
+def _host(graph, cluster, options) -> str | None:
+    """The host device, where the model lets it compute and it can run every operation; else None."""
+    if options.device is not None or not options.params.get("host_compute", True):
+        return None
+    for d in cluster.devices:
+        costs = graph.arrays.cost.get(d.kind)
+        if d.kind == "cpu" and costs is not None and not np.isnan(costs).any():
+            return d.name
+    return None
 
 
 _CANDIDATE_SHARE = 0.25   # of the time limit, at most, for one candidate
