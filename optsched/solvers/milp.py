@@ -98,7 +98,8 @@ Reductions and what they cost:
 Warm start: every candidate (the baselines, the heuristic, m-ETF on several
 accelerators, the rounding of this model's LP relaxation and of the lower
 bound's plans (`rounding.py`, given at most 35% of the time limit, three
-quarters when nothing else fits), or only `options.warm_start` when given) is staged over its own
+quarters when nothing else fits), keep-everything on the host where nothing fits the accelerators and the
+host can run every operation, or only `options.warm_start` when given) is staged over its own
 first-computation order (`milp_model.decisions_from_schedule`: copies, several
 devices, recomputations; the window K widens up to 8 when cross-device copies
 delay first computations), checked against the model's whole-stage memory
