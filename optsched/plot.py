@@ -154,7 +154,8 @@ def pareto(df, ax=None):
     `sweep` table; valid schedules only. Where a solver reports a lower bound
     (the MILP) it is drawn dotted with the band up to the schedule shaded: no
     schedule in that solver's model is faster than the band's bottom. The
-    y-axis fits the schedules, so a weak bound (near zero) falls below it."""
+    y-axis fits the schedules, so a weak bound (near zero) falls below it; it is
+    logarithmic beyond +-10% when a few schedules are far slower than the rest."""
     ax = _axes(ax, (8, 4.5))
     scale, unit = _unit(float(df["budget_bytes"].max()) if len(df) else 0.0, _BYTES)
     shown = []
@@ -169,11 +170,20 @@ def pareto(df, ax=None):
             ax.fill_between(x, low, y, color=colour, alpha=0.15)
     if shown:
         lo, hi = min(min(shown), 0.0), max(max(shown), 1.0)
-        ax.set_ylim(lo - 0.08 * (hi - lo), hi + 0.08 * (hi - lo))
+        if hi > _SPREAD and float(np.median(shown)) < hi / 10:
+            # a few schedules far slower than the rest (gnmt without swapping: +900%, every operation on the
+            # host) would flatten the others into one line: linear up to +-10%, logarithmic beyond
+            ax.set_yscale("symlog", linthresh=10)
+            ax.set_ylim(lo - 2, hi * 1.5)
+        else:
+            ax.set_ylim(lo - 0.08 * (hi - lo), hi + 0.08 * (hi - lo))
     ax.set_xlabel(f"memory budget ({unit})")
     ax.set_ylabel("step-time overhead vs keep-everything (%)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     return ax
+
+
+_SPREAD = 100.0     # % overhead: beyond it, and ten times the median, the pareto plot's y-axis goes symlog
 
 
 def figure_path(path: str) -> str:

@@ -80,8 +80,25 @@ def test_pareto_one_line_per_solver_and_bound_shaded(tmp_path):
     milp = df[df.solver == "milp"]
     assert milp["bound_s"].notna().all() and len(ax.collections) == 1    # the shaded band under the MILP
     assert list(lines["milp: lower bound"].get_ydata()) == pytest.approx(list(100 * milp["bound_overhead"]))
+    assert ax.get_yscale() == "linear"
     save(ax.figure, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_pareto_goes_symlog_when_a_few_schedules_are_far_slower():
+    # gnmt without swapping runs every operation on the host (+900%): on a linear axis the other solvers' 0-70%
+    # would be one flat line
+    import pandas as pd
+
+    def rows(name, overheads):
+        return [{"solver": name, "valid": True, "budget_bytes": b, "overhead": o, "bound_overhead": float("nan")}
+                for b, o in zip((1e8, 2e8, 3e8), overheads, strict=True)]
+
+    ax = pareto(pd.DataFrame(rows("host", [9.0, 9.0, 9.0]) + rows("a", [0.6, 0.2, 0.0]) + rows("b", [0.7, 0.3, 0.1])
+                             + rows("c", [0.5, 0.1, 0.0])))
+    assert ax.get_yscale() == "symlog" and ax.get_ylim()[1] >= 900
+    ax = pareto(pd.DataFrame(rows("a", [0.6, 0.2, 0.0]) + rows("b", [2.0, 1.5, 0.1])))
+    assert ax.get_yscale() == "linear"
 
 
 def test_schedule_figure_and_paths(tmp_path):
