@@ -201,7 +201,7 @@ def _candidates(graph, cluster, options):
             s = _candidate(graph, cluster, options, rounding.lp_rounding, share)
             if s is not None:
                 out.append(("lp-rounding", s, simulate(graph, cluster, s)))
-    host = _host(graph, cluster, options)
+    host = _host(cluster, options)
     if host is not None and not any(r.valid for _, _, r in out):
         # nothing fits the accelerators: every operation on the host, where it can run them all, is a schedule
         # all the same (gnmt at 60% without swapping: an operation of 960 MB over the accelerator's 584 MB; the
@@ -212,15 +212,12 @@ def _candidates(graph, cluster, options):
     return out
 
 
-def _host(graph, cluster, options) -> str | None:
-    """The host device, where the model lets it compute and it can run every operation; else None."""
+def _host(cluster, options) -> str | None:
+    """The host device, where the model lets it compute; else None. (Where it cannot run some operation,
+    keep-everything refuses it, `sequential.pick_device`, and there is no candidate.)"""
     if options.device is not None or not options.params.get("host_compute", True):
         return None
-    for d in cluster.devices:
-        costs = graph.arrays.cost.get(d.kind)
-        if d.kind == "cpu" and costs is not None and not np.isnan(costs).any():
-            return d.name
-    return None
+    return next((d.name for d in cluster.devices if d.kind == "cpu"), None)
 
 
 _CANDIDATE_SHARE = 0.25   # of the time limit, at most, for one candidate
@@ -1057,9 +1054,10 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
             "solve_time": time.perf_counter() - t0}
 
 
-def _join(worker: threading.Thread, stop: threading.Event, until: float = math.inf) -> bool:
+def _join(worker: threading.Thread, stop: threading.Event, until: float = math.inf, patient: bool = True) -> bool:
     """Wait for `worker` until the perf_counter time `until`: False if it is still running then. The first
-    Ctrl-C sets `stop` (the runs' interrupt callbacks see it); a second one while they wind down aborts."""
+    Ctrl-C sets `stop` (the runs' interrupt callbacks see it); a second one while they wind down aborts.
+    `patient` False: the first Ctrl-C also ends the wait (False), for a worker that does not watch `stop`."""
     while worker.is_alive():
         try:
             worker.join(0.05)
@@ -1067,6 +1065,8 @@ def _join(worker: threading.Thread, stop: threading.Event, until: float = math.i
             if stop.is_set():
                 raise
             stop.set()
+            if not patient:
+                return False
         if worker.is_alive() and time.perf_counter() > until:
             return False
     return True
@@ -1191,9 +1191,9 @@ def _pulp_solver_named(name: str, options: SolveOptions):
 
 
 def _pulp_problem(model: MilpArrays, x0, until: float):
-    """(the model as a PuLP problem, its variables, x0 as their initial values), or None when building it would
-    not end halfway to `until` (perf_counter), leaving as long again for PuLP to write the model out and for its
-    solver. PuLP holds a Python object per variable and per term (260,000-340,000 terms a second on 2 cores: the
+    """(the model as a PuLP problem with x0 as its variables' initial values, the variables), or None when building
+    it would not end halfway to `until` (perf_counter), leaving as long again for PuLP to write the model out and
+    for its solver. PuLP holds a Python object per variable and per term (260,000-340,000 terms a second on 2 cores: the
     3-layer BERT at 50% with the host, 4.8M nonzeros, in 18 s; gpt2-3 at 30%, 619k, in 1.9 s), so ResNet-50's
     model at 50% with the host (21M nonzeros) took some 100 s to pass and a 30 s time limit held no longer.
     Checked before (at _PULP_NNZ_PER_S, refusing what cannot be built in time) and while building."""
@@ -1256,15 +1256,9 @@ def _pulp_solve(prob, solver, solver_name: str, until: float) -> str | None:
             solver.tmpDir = tmp
         worker = threading.Thread(target=run, daemon=True)
         worker.start()
-        why = None
-        while worker.is_alive() and why is None:
-            try:
-                worker.join(0.05)
-                if worker.is_alive() and time.perf_counter() > until:
-                    why = "time_limit"
-            except KeyboardInterrupt:
-                why = "interrupted"
-        if why is not None:
+        stop = threading.Event()
+        if not _join(worker, stop, until, patient=False):
+            why = "interrupted" if stop.is_set() else "time_limit"
             # PuLP may still be writing the model out, its solver not yet started: killed as it starts
             end = time.perf_counter() + _GRACE
             while True:
