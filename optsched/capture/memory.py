@@ -16,10 +16,13 @@ import torch
 from .trace import _as_tuple, _WithLoss
 
 
-def _resident(model: torch.nn.Module, tensors) -> int:
+def _resident(model: torch.nn.Module, tensors, device=None) -> int:
+    """Bytes of the storages of the model's parameters and buffers and of `tensors` (on `device` alone if given)."""
     seen: set[int] = set()
     total = 0
     for t in (*model.parameters(), *model.buffers(), *tensors):
+        if device is not None and t.device != torch.device(device):
+            continue
         s = t.untyped_storage()
         if s.data_ptr() not in seen:
             seen.add(s.data_ptr())
