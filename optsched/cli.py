@@ -559,7 +559,8 @@ def cmd_run(args) -> int:
     data = {"devices": {d: {"torch_device": str(replay.dev[d]), "budget_bytes": pred.budget[d],
                             "predicted_peak_bytes": pred.peak[d], "measured_peak_bytes": first.peak[d]}
                         for d in replay.dev},
-            "allocator_peak_bytes": first.allocator_peak, "predicted_step_s": pred.makespan,
+            "allocator_peak_bytes": first.allocator_peak,
+            "peak_with_model_tensors_bytes": first.peak_with_model_tensors, "predicted_step_s": pred.makespan,
             "measured_step_s": wall, "steps": args.steps, "losses": [r.loss for r in runs]}
     if args.json:
         _emit(args, data)
@@ -569,10 +570,27 @@ def cmd_run(args) -> int:
     print(_table(rows, ["device", "runs on", "budget", "predicted peak", "measured peak"]))
     for dev, b in first.allocator_peak.items():
         print(f"allocator peak on {dev}: {format_size(b)} (all schedule devices mapped to it together)")
+    for line in _held_lines(first.peak_with_model_tensors, {d: str(x) for d, x in replay.dev.items()}, pred.budget):
+        print(line)
     print(f"step time: predicted {format_time(pred.makespan)}, measured {format_time(wall)} "
           f"(median of {max(len(runs) - 1, 1)} step(s){', first step excluded' if len(runs) > 1 else ''})")
     print("losses: " + ", ".join(f"{x:.6g}" for x in data["losses"]))
     return 0
+
+
+def _held_lines(peaks: dict[str, int], torch_device: dict[str, str], budget: dict[str, int]) -> list[str]:
+    """Per torch device, the step's peak with the model's parameters and the inputs counted all step, and a note
+    where that is over the budget of the one schedule device there: freeing or swapping out a tensor the model or
+    the caller holds leaves it in memory."""
+    out = []
+    for dev, b in peaks.items():
+        mine = [d for d, x in torch_device.items() if x == dev]
+        out.append(f"peak on {dev} with the model's parameters and the inputs held all step: {format_size(b)}")
+        if len(mine) == 1 and b > budget[mine[0]]:
+            out.append(f"note: the schedule frees or swaps out parameters or inputs that the model and the caller "
+                       f"still hold on {dev}, so they stay in memory: with them the step holds {format_size(b)}, "
+                       f"over {mine[0]}'s budget of {format_size(budget[mine[0]])}; leave room for them in --mem")
+    return out
 
 
 def cmd_examples(args) -> int:

@@ -395,6 +395,42 @@ def mlp_case():
     return ex, step, graph
 
 
+@pytest.mark.parametrize("solver,frac", [("keep-everything", 1.0), ("chen-sqrt", 1.0), ("heuristic", 0.7)])
+def test_the_peak_with_the_model_tensors_is_what_the_allocator_sees(mlp_case, solver, frac):
+    """The model and the caller hold the parameters and inputs all step, whatever the schedule frees or swaps out:
+    the ledger with them counted throughout is the CPU allocator's peak where nothing is copied (one thread does
+    everything), and at most that with copies, short of it by no more than the bytes copied (a copy worker still
+    reading a freed value)."""
+    ex, step, graph = mlp_case
+    model = ex["model"]
+    big = single_accelerator(2**40)
+    keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
+    cluster = single_accelerator(int(keep * frac))
+    schedule = solve(graph, cluster, solver)
+    model.zero_grad(set_to_none=True)
+    stats = Replayer(model, step, graph, cluster, schedule).run(ex["inputs"], ex["targets"], allocator=True)
+    model.zero_grad(set_to_none=True)
+    with_model, allocator = stats.peak_with_model_tensors["cpu"], stats.allocator_peak["cpu"]
+    copies = [x for x in schedule.instructions if isinstance(x, Copy)]
+    if not copies:
+        assert with_model == allocator
+        return
+    swapped = {x.node for x in copies if graph.node(x.node).kind in ("param", "input")}
+    assert swapped, "the case swaps a parameter or an input out"
+    assert with_model <= allocator <= with_model + sum(graph.node(x.node).bytes for x in copies)
+    assert sum(stats.peak.values()) < allocator       # the ledger alone misses the swapped-out parameters
+
+
+def test_run_notes_a_peak_over_the_budget_once_the_model_tensors_are_counted():
+    from optsched.cli import _held_lines
+
+    over = _held_lines({"cuda:0": 3_000_000}, {"gpu0": "cuda:0", "host": "cpu"}, {"gpu0": 2_000_000, "host": 10**9})
+    assert len(over) == 2 and "3.00 MB" in over[0] and "over gpu0's budget of 2.00 MB" in over[1]
+    assert len(_held_lines({"cuda:0": 1_500_000}, {"gpu0": "cuda:0", "host": "cpu"}, {"gpu0": 2_000_000})) == 1
+    # gpu0 and the host share the CPU: no one budget to hold it to
+    assert len(_held_lines({"cpu": 3_000_000}, {"gpu0": "cpu", "host": "cpu"}, {"gpu0": 2_000_000, "host": 1})) == 1
+
+
 def test_refuses_schedule_over_budget(mlp_case):
     ex, step, graph = mlp_case
     big = single_accelerator(2**40)

@@ -81,6 +81,10 @@ class StepStats:
     allocator_peak: dict[str, int]       # torch device -> the step's allocator peak (cuda always, cpu on request)
     predicted: SimResult = field(repr=False)
     op_times: dict[int, float] = field(default_factory=dict, repr=False)   # compute instruction -> seconds (timed)
+    # torch device -> peak of the ledger of the schedule devices there plus the model's parameters and buffers and
+    # the step's inputs there that the ledger does not count at that moment: the model and the caller hold them all
+    # step, whatever the schedule frees or swaps out (what the allocator sees, op workspaces aside)
+    peak_with_model_tensors: dict[str, int] = field(default_factory=dict)
 
 
 def device_map(cluster: Cluster, devices: Mapping[str, str] | None = None) -> dict[str, torch.device]:
@@ -363,6 +367,19 @@ class Replayer:
         self.env[d].setdefault(v, []).append((t, ev))
         self.level[d] += t.untyped_storage().nbytes()
         self.peak[d] = max(self.peak[d], self.level[d])
+        storage = t.untyped_storage().data_ptr()
+        if storage in self.outside:            # the model's own tensor: now in the ledger
+            self.held[storage] = self.held.get(storage, 0) + 1
+            if self.held[storage] == 1:
+                self.outside_bytes[str(self.dev[d])] -= self.outside[storage]
+        self._track(d)
+
+    def _track(self, d: str, extra: int = 0) -> None:
+        """The peak of d's torch device: the ledger of the schedule devices there (`extra` bytes more on d) and
+        the model's tensors there outside the ledger."""
+        where = str(self.dev[d])
+        now = sum(self.level[x] for x in self.same[where]) + self.outside_bytes[where] + extra
+        self.model_peak[where] = max(self.model_peak[where], now)
 
     def _drop(self, d: str, v: str) -> None:
         gens = self.env[d][v]
@@ -371,6 +388,12 @@ class Replayer:
             del self.env[d][v]
             self._drop_stash(d, v)
         self.level[d] -= t.untyped_storage().nbytes()
+        storage = t.untyped_storage().data_ptr()
+        if storage in self.held:               # the model's own tensor: it stays, out of the ledger
+            self.held[storage] -= 1
+            if not self.held[storage]:
+                del self.held[storage]
+                self.outside_bytes[str(self.dev[d])] += self.outside[storage]
         readers = self.readers.get((d, v), ())
         if t.is_cuda:
             for s in readers:
@@ -440,6 +463,7 @@ class Replayer:
                         self.stash[d][v] = rest
                         self.level[d] += sum(x.untyped_storage().nbytes() for x in rest.values())
                         self.peak[d] = max(self.peak[d], self.level[d] + t.untyped_storage().nbytes())
+                        self._track(d, t.untyped_storage().nbytes())
             else:
                 t = self._call(d, self.fx[v])
             self._put(d, v, t, self._recorded(stream))
@@ -537,6 +561,20 @@ class Replayer:
         self.stash = {d: {} for d in names}
         self.level = dict.fromkeys(names, 0)
         self.peak = dict.fromkeys(names, 0)
+        # the storages of the model's parameters and buffers and of the step's inputs on the torch devices of the
+        # schedule (data pointer -> bytes): outside the ledger until a compute places one there, and again after
+        # the ledger frees it; their pointers stay unique all step, since they stay allocated
+        self.same = {}
+        for d in names:
+            self.same.setdefault(str(self.dev[d]), []).append(d)
+        self.outside, self.held = {}, {}
+        self.outside_bytes = dict.fromkeys(self.same, 0)
+        for t in (*self.model.parameters(), *self.model.buffers(), *inputs, *targets):
+            st = t.untyped_storage()
+            if str(t.device) in self.same and st.data_ptr() not in self.outside:
+                self.outside[st.data_ptr()] = st.nbytes()
+                self.outside_bytes[str(t.device)] += st.nbytes()
+        self.model_peak = dict(self.outside_bytes)
         self.readers = {}
         self.pending = []
         # timed: each compute gets the time its stream advanced since the previous one there, so the dispatch and
@@ -627,4 +665,5 @@ class Replayer:
             measured[c] = int(torch.cuda.max_memory_allocated(c)) - start[c] + \
                 _resident(self.model, inputs + targets, c)
         op_times = {k: b - a if isinstance(a, float) else a.elapsed_time(b) / 1e3 for k, a, b in self.spans}
-        return StepStats(float(box["loss"]), wall, dict(self.peak), measured, self.predicted, op_times)
+        return StepStats(float(box["loss"]), wall, dict(self.peak), measured, self.predicted, op_times,
+                         dict(self.model_peak))
