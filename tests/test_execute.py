@@ -71,6 +71,18 @@ def _train(step_fn, model, ex, steps=3):
     return losses
 
 
+def _train_eager(ref, ex, steps=3):
+    """The same SGD steps as `_train` through plain `loss.backward()` on `ref`."""
+    wrapped = _WithLoss(ref, ex["loss_fn"], len(ex["inputs"]))
+
+    def eager():
+        loss = wrapped(*ex["inputs"], *ex["targets"])[0]
+        loss.backward()
+        return loss.item()
+
+    return _train(eager, ref, ex, steps)
+
+
 @pytest.mark.parametrize("solver,frac", CASES)
 def test_gradients_equal_eager(captured, solver, frac):
     name, ex, step, graph, keep = captured
@@ -149,14 +161,7 @@ def test_training_steps_match_eager():
     cluster = single_accelerator(int(keep * 0.7))
     replay = Replayer(model, step, graph, cluster, solve(graph, cluster, "dtr"))
     ours = _train(lambda: replay.run(ex["inputs"], ex["targets"]).loss, model, ex)
-    wrapped = _WithLoss(ref, ex["loss_fn"], 1)
-
-    def eager():
-        loss = wrapped(*ex["inputs"], *ex["targets"])[0]
-        loss.backward()
-        return loss.item()
-
-    theirs = _train(eager, ref, ex)
+    theirs = _train_eager(ref, ex)
     assert ours == theirs
     assert ours[-1] < ours[0]
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
@@ -207,14 +212,7 @@ def test_compile_trains_like_eager():
     step = compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem="2MB", solver="dtr")
     assert max(step.predicted.peak.values()) <= 2_000_000
     ours = _train(lambda: step(*ex["inputs"], *ex["targets"]).item(), model, ex)
-    wrapped = _WithLoss(ref, ex["loss_fn"], 1)
-
-    def eager():
-        loss = wrapped(*ex["inputs"], *ex["targets"])[0]
-        loss.backward()
-        return loss.item()
-
-    assert ours == _train(eager, ref, ex)
+    assert ours == _train_eager(ref, ex)
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         assert torch.equal(p, q)
     for b, c in zip(model.buffers(), ref.buffers(), strict=True):   # batch-norm running statistics
@@ -546,14 +544,7 @@ def test_cuda_compile_trains_like_eager():
     budget = step.cluster.device("gpu0").memory
     assert step.predicted.peak["gpu0"] <= budget
     ours = _train(lambda: step(*ex["inputs"], *ex["targets"]).item(), model, ex)
-    wrapped = _WithLoss(ref, ex["loss_fn"], 1)
-
-    def eager():
-        loss = wrapped(*ex["inputs"], *ex["targets"])[0]
-        loss.backward()
-        return loss.item()
-
-    theirs = _train(eager, ref, ex)
+    theirs = _train_eager(ref, ex)
     assert ours == pytest.approx(theirs, rel=1e-5) and ours[-1] < ours[0]
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
