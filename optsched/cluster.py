@@ -12,10 +12,12 @@ computes and wakes a copy worker, `execute.measure_copy_issue` measures it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from .errors import ClusterError
+from .graph import SOURCE_KINDS, Graph
+from .units import format_size
 
 DEFAULT_HOST_MEMORY = 256 * 10**9       # bytes of host RAM usable as swap space
 DEFAULT_PCIE_BANDWIDTH = 16 * 10**9     # bytes/s per direction, PCIe 4.0 x16 in practice
@@ -82,6 +84,22 @@ def single_accelerator(memory: int, *, host_memory: int = DEFAULT_HOST_MEMORY,
         links.append(Link(d.name, "host", bandwidth, latency, issue))
         links.append(Link("host", d.name, bandwidth, latency, issue))
     return check_cluster(Cluster(tuple(devices), tuple(links)))
+
+
+def hold_sources(graph: Graph, cluster: Cluster, device: str) -> tuple[Graph, Cluster]:
+    """The problem for a model that holds its parameters and its step's inputs on `device` all step, as a PyTorch
+    model on the GPU and its batch do: those nodes weigh nothing (dropping or swapping one out frees nothing) and
+    `device`'s budget is smaller by their bytes. A schedule for it holds at most `device`'s budget there with all
+    of them resident, and is a schedule for the plain problem too (on `device`)."""
+    held = sum(n.bytes for n in graph.nodes if n.kind in SOURCE_KINDS)
+    dev = cluster.device(device)
+    if held >= dev.memory:
+        raise ClusterError(f"the parameters and inputs alone take {format_size(held)}, all of {device}'s budget "
+                           f"of {format_size(dev.memory)}", field="memory",
+                           hint="raise the budget, or let the schedule move the parameters (no --hold-model)")
+    nodes = tuple(replace(n, bytes=0) if n.kind in SOURCE_KINDS else n for n in graph.nodes)
+    devices = tuple(replace(d, memory=d.memory - held) if d.name == device else d for d in cluster.devices)
+    return Graph(nodes, graph.name, graph.meta), replace(cluster, devices=devices)
 
 
 def check_cluster(cluster: Cluster) -> Cluster:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+from strategies import training_graphs
 
 from optsched.cluster import (
     DEFAULT_PCIE_BANDWIDTH,
@@ -13,9 +17,14 @@ from optsched.cluster import (
     Device,
     Link,
     check_cluster,
+    hold_sources,
     single_accelerator,
 )
-from optsched.errors import ClusterError
+from optsched.errors import ClusterError, InfeasibleError
+from optsched.generate import training_graph
+from optsched.graph import SOURCE_KINDS
+from optsched.simulate import simulate
+from optsched.solvers import solve
 
 
 def test_link_time_is_latency_plus_bytes_over_bandwidth():
@@ -89,3 +98,37 @@ def test_check_cluster_rejects(cluster, field, match):
 def test_check_cluster_accepts_and_returns():
     c = Cluster((dev("a", memory=0), dev("b", kind="cpu", speed=0.5)), (Link("a", "b", 1.0), Link("b", "a", 1.0)))
     assert check_cluster(c) is c
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=training_graphs(2, 12, params=True, max_bytes=4000, zero_sizes=False), frac=st.floats(0.5, 1.0),
+       solver=st.sampled_from(["keep-everything", "chen-sqrt", "heuristic", "dtr"]))
+def test_holding_the_sources_leaves_them_room_all_step(g, frac, solver):
+    """The held problem: sources weigh nothing, the device's budget is smaller by their bytes, every other node and
+    device as before; and each of its schedules is one of the plain problem too."""
+    big = single_accelerator(2**40)
+    keep = simulate(g, big, solve(g, big, "keep-everything")).peak["gpu0"]
+    cluster = single_accelerator(int(keep * frac))
+    held = sum(n.bytes for n in g.nodes if n.kind in SOURCE_KINDS)
+    assume(held < cluster.device("gpu0").memory)
+    hg, hc = hold_sources(g, cluster, "gpu0")
+    assert [n.bytes for n in hg.nodes] == [0 if n.kind in SOURCE_KINDS else n.bytes for n in g.nodes]
+    assert [replace(n, bytes=0) for n in hg.nodes] == [replace(n, bytes=0) for n in g.nodes]
+    assert hc.device("gpu0").memory == cluster.device("gpu0").memory - held
+    assert hc.device("host") == cluster.device("host") and hc.links == cluster.links
+    try:
+        schedule = solve(hg, hc, solver)
+    except InfeasibleError:
+        event("no schedule")
+        return
+    held_run = simulate(hg, hc, schedule)
+    assume(held_run.valid)
+    event("scheduled")
+    assert held_run.peak["gpu0"] + held <= cluster.device("gpu0").memory
+    assert simulate(g, cluster, schedule).valid
+
+
+def test_holding_the_sources_refuses_a_budget_they_fill():
+    g = training_graph([[-1], [0]], act_bytes=[100, 100], cost=[1e-3, 1e-3], param_bytes=[300, 300])
+    with pytest.raises(ClusterError, match="parameters and inputs alone take"):
+        hold_sources(g, single_accelerator(600), "gpu0")
