@@ -175,9 +175,11 @@ def main(argv=None) -> int:
                         # last step (the first also allocates the compute stream's cuBLAS workspace, kept after)
                         "allocator_peak_all_devices_bytes": "" if args.cuda else first.allocator_peak.get("cpu", ""),
                         "allocator_peak_gpu0_bytes": timed[-1][0].allocator_peak["cuda:0"] if args.cuda else "",
-                        # the ledger with the model's tensors counted all step (on the CPU, on every CPU device)
+                        # the ledger with the model's tensors counted all step: on the torch device (on the CPU,
+                        # every CPU device together), and on gpu0
                         "peak_with_model_tensors_bytes":
-                            first.peak_with_model_tensors.get("cuda:0" if args.cuda else "cpu", ""),
+                            first.peak_with_model_tensors_by_torch_device.get("cuda:0" if args.cuda else "cpu", ""),
+                        "gpu0_peak_with_model_tensors_bytes": first.peak_with_model_tensors["gpu0"],
                         "allocator_error": timed[-1][0].allocator_peak["cuda:0"] / pred.peak["gpu0"] - 1
                         if args.cuda else "",
                         **cap,

@@ -256,6 +256,16 @@ def cmd_solve(args) -> int:
 
     g, left_out = _to_solve(_load_graph(args.graph))
     cl = _cluster(args, g)
+    held = 0
+    if args.hold_model:
+        from .cluster import hold_sources
+
+        if len(cl.accelerators) != 1:
+            raise OptschedError(f"--hold-model needs one accelerator, the one the model sits on; the cluster has "
+                                f"{len(cl.accelerators)}")
+        held = cl.accelerators[0].memory
+        g, cl = hold_sources(g, cl, cl.accelerators[0].name)
+        held -= cl.accelerators[0].memory
     solver = get_solver(args.solver)
     opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=args.gap, threads=args.threads,
                         device=args.device, devices=args.devices, swap=not args.no_swap,
@@ -326,6 +336,9 @@ def cmd_solve(args) -> int:
         _emit(args, s)
         return 0
     print(f"graph {g.name!r} on " + ", ".join(f"{d.name} ({format_size(d.memory)})" for d in cl.devices))
+    if held:
+        print(f"--hold-model: the parameters and inputs ({format_size(held)}) stay on {cl.accelerators[0].name} all "
+              f"step; the budget above is what is left beside them")
     sv = s["solver"]
     # the whole call: a MILP's own solve_time is its solver's run only (the candidates, bounds and model build
     # come before it), so it alone reads as if the call took milliseconds where the model was too large to run
@@ -557,40 +570,34 @@ def cmd_run(args) -> int:
     wall = statistics.median(r.wall_time for r in runs[1:]) if len(runs) > 1 else runs[0].wall_time
     first = runs[0]
     data = {"devices": {d: {"torch_device": str(replay.dev[d]), "budget_bytes": pred.budget[d],
-                            "predicted_peak_bytes": pred.peak[d], "measured_peak_bytes": first.peak[d]}
+                            "predicted_peak_bytes": pred.peak[d], "measured_peak_bytes": first.peak[d],
+                            "peak_with_model_tensors_bytes": first.peak_with_model_tensors[d]}
                         for d in replay.dev},
-            "allocator_peak_bytes": first.allocator_peak,
-            "peak_with_model_tensors_bytes": first.peak_with_model_tensors, "predicted_step_s": pred.makespan,
+            "allocator_peak_bytes": first.allocator_peak, "predicted_step_s": pred.makespan,
             "measured_step_s": wall, "steps": args.steps, "losses": [r.loss for r in runs]}
     if args.json:
         _emit(args, data)
         return 0
     rows = [[d, v["torch_device"], format_size(v["budget_bytes"]), format_size(v["predicted_peak_bytes"]),
-             format_size(v["measured_peak_bytes"])] for d, v in data["devices"].items()]
-    print(_table(rows, ["device", "runs on", "budget", "predicted peak", "measured peak"]))
+             format_size(v["measured_peak_bytes"]), format_size(v["peak_with_model_tensors_bytes"])]
+            for d, v in data["devices"].items()]
+    print(_table(rows, ["device", "runs on", "budget", "predicted peak", "measured peak", "with the model's tensors"]))
     for dev, b in first.allocator_peak.items():
         print(f"allocator peak on {dev}: {format_size(b)} (all schedule devices mapped to it together)")
-    for line in _held_lines(first.peak_with_model_tensors, {d: str(x) for d, x in replay.dev.items()}, pred.budget):
-        print(line)
+    for d, v in data["devices"].items():
+        if v["peak_with_model_tensors_bytes"] > v["budget_bytes"]:
+            print(_held_note(d, v["peak_with_model_tensors_bytes"], v["budget_bytes"]))
     print(f"step time: predicted {format_time(pred.makespan)}, measured {format_time(wall)} "
           f"(median of {max(len(runs) - 1, 1)} step(s){', first step excluded' if len(runs) > 1 else ''})")
     print("losses: " + ", ".join(f"{x:.6g}" for x in data["losses"]))
     return 0
 
 
-def _held_lines(peaks: dict[str, int], torch_device: dict[str, str], budget: dict[str, int]) -> list[str]:
-    """Per torch device, the step's peak with the model's parameters and the inputs counted all step, and a note
-    where that is over the budget of the one schedule device there: freeing or swapping out a tensor the model or
-    the caller holds leaves it in memory."""
-    out = []
-    for dev, b in peaks.items():
-        mine = [d for d, x in torch_device.items() if x == dev]
-        out.append(f"peak on {dev} with the model's parameters and the inputs held all step: {format_size(b)}")
-        if len(mine) == 1 and b > budget[mine[0]]:
-            out.append(f"note: the schedule frees or swaps out parameters or inputs that the model and the caller "
-                       f"still hold on {dev}, so they stay in memory: with them the step holds {format_size(b)}, "
-                       f"over {mine[0]}'s budget of {format_size(budget[mine[0]])}; leave room for them in --mem")
-    return out
+def _held_note(device: str, peak: int, budget: int) -> str:
+    """Why a device holds more than its budget once the model's parameters and the inputs are counted all step."""
+    return (f"note: the schedule frees or swaps out parameters or inputs that the model and the caller still hold on "
+            f"{device}, so they stay in memory: with them the step holds {format_size(peak)} there, over its budget "
+            f"of {format_size(budget)} (solve with --hold-model to make room for them, or raise --mem)")
 
 
 def cmd_examples(args) -> int:
@@ -660,6 +667,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", type=int, help="use at most this many accelerators")
     p.add_argument("--no-swap", action="store_true", help="never copy tensors to the host and back")
     p.add_argument("--no-recompute", action="store_true", help="never recompute an operation")
+    p.add_argument("--hold-model", action="store_true",
+                   help="the parameters and inputs stay on the accelerator all step, as a PyTorch model on the GPU "
+                        "and its batch do: the schedule makes room for them rather than moving them")
     p.add_argument("--no-host-compute", action="store_true",
                    help="MILP: the host runs no operation, it only holds swapped tensors; with --no-swap and "
                         "--devices 1 this is Checkmate's problem (one accelerator, recompute only), whose "

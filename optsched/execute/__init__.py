@@ -61,15 +61,22 @@ class TrainStep:
 
 def compile(model, example_inputs, loss_fn: Callable | None = None, *, targets=None, mem=None,
             cluster: Cluster | None = None, solver: str = "milp", options=None, schedule: Schedule | str | None = None,
-            devices: Mapping[str, str] | None = None, cuda="h100") -> TrainStep:
-    """Capture the model's step, solve it for the budget (or load `schedule`), and return a `TrainStep`."""
+            devices: Mapping[str, str] | None = None, cuda="h100", hold: bool | None = None) -> TrainStep:
+    """Capture the model's step, solve it for the budget (or load `schedule`), and return a `TrainStep`.
+
+    `hold` (when solving): the model's parameters and the inputs stay on the accelerator all step, so the
+    schedule makes room for them throughout (`cluster.hold_sources`) rather than moving them; None: when the model
+    is on a GPU, which holds them whatever a schedule frees. Needs a cluster with one accelerator."""
     from ..capture import capture_step
+    from ..cluster import hold_sources
     from ..solvers import solve
     from ..units import is_share
 
     share = is_share(mem)
     if not share:
         cluster = _cluster(mem, cluster)    # a mistake is refused before the capture
+    if hold is None:
+        hold = any(p.is_cuda for p in model.parameters())
     step, graph = capture_step(model, example_inputs, loss_fn, targets=targets, cuda=cuda)
     if share:
         from ..solvers.baselines import keep_everything_peak
@@ -80,6 +87,11 @@ def compile(model, example_inputs, loss_fn: Callable | None = None, *, targets=N
 
         schedule = load_schedule(schedule)
     if schedule is None:
+        if hold:
+            if len(cluster.accelerators) != 1:
+                raise OptschedError(f"hold needs a cluster with one accelerator, not {len(cluster.accelerators)}",
+                                    hint="pass hold=False to let the schedule move the parameters")
+            graph, cluster = hold_sources(graph, cluster, cluster.accelerators[0].name)
         schedule = solve(graph, cluster, solver, options)
     return TrainStep(Replayer(model, step, graph, cluster, schedule, devices), graph, cluster, schedule)
 

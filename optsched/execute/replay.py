@@ -81,10 +81,12 @@ class StepStats:
     allocator_peak: dict[str, int]       # torch device -> the step's allocator peak (cuda always, cpu on request)
     predicted: SimResult = field(repr=False)
     op_times: dict[int, float] = field(default_factory=dict, repr=False)   # compute instruction -> seconds (timed)
-    # torch device -> peak of the ledger of the schedule devices there plus the model's parameters and buffers and
-    # the step's inputs there that the ledger does not count at that moment: the model and the caller hold them all
-    # step, whatever the schedule frees or swaps out (what the allocator sees, op workspaces aside)
+    # the model and the caller hold the parameters and buffers and the step's inputs all step, whatever the schedule
+    # frees or swaps out: per schedule device, the peak of its ledger plus those of them on its torch device that
+    # no ledger counts at that moment (held by the accelerator there, if any: compare with the budget)
     peak_with_model_tensors: dict[str, int] = field(default_factory=dict)
+    # per torch device, the same over all the schedule devices there (compare with `allocator_peak`)
+    peak_with_model_tensors_by_torch_device: dict[str, int] = field(default_factory=dict)
 
 
 def device_map(cluster: Cluster, devices: Mapping[str, str] | None = None) -> dict[str, torch.device]:
@@ -365,21 +367,32 @@ class Replayer:
         simulator order, a prefetch may land before the list frees the previous copy, so a device holds a list of
         generations: reads take the newest (all hold the same values), a free releases the oldest."""
         self.env[d].setdefault(v, []).append((t, ev))
-        self.level[d] += t.untyped_storage().nbytes()
+        counted = self._counted(v, t)
+        self.level[d] += counted
         self.peak[d] = max(self.peak[d], self.level[d])
         storage = t.untyped_storage().data_ptr()
-        if storage in self.outside:            # the model's own tensor: now in the ledger
+        if self.outside.get(storage) == counted:   # the model's own tensor, now in the ledger
             self.held[storage] = self.held.get(storage, 0) + 1
             if self.held[storage] == 1:
                 self.outside_bytes[str(self.dev[d])] -= self.outside[storage]
         self._track(d)
 
+    def _counted(self, v: str, t: torch.Tensor) -> int:
+        """The bytes of v's tensor t in the ledger: its storage's, but no more than the graph gives a parameter or
+        an input (none where the model holds them all step: `cluster.hold_sources`)."""
+        nbytes = t.untyped_storage().nbytes()
+        return min(nbytes, self.graph.node(v).bytes) if v in self.source else nbytes
+
     def _track(self, d: str, extra: int = 0) -> None:
-        """The peak of d's torch device: the ledger of the schedule devices there (`extra` bytes more on d) and
-        the model's tensors there outside the ledger."""
+        """The peaks with the model's tensors of d (`extra` bytes more on it), of the schedule device that holds
+        them on d's torch device, and of that torch device."""
         where = str(self.dev[d])
-        now = sum(self.level[x] for x in self.same[where]) + self.outside_bytes[where] + extra
-        self.model_peak[where] = max(self.model_peak[where], now)
+        out = self.outside_bytes[where]
+        now = sum(self.level[x] for x in self.same[where]) + out + extra
+        self.torch_peak[where] = max(self.torch_peak[where], now)
+        keeper = self.keeper[where]
+        self.model_peak[d] = max(self.model_peak[d], self.level[d] + extra + (out if d == keeper else 0))
+        self.model_peak[keeper] = max(self.model_peak[keeper], self.level[keeper] + out)
 
     def _drop(self, d: str, v: str) -> None:
         gens = self.env[d][v]
@@ -387,13 +400,15 @@ class Replayer:
         if not gens:
             del self.env[d][v]
             self._drop_stash(d, v)
-        self.level[d] -= t.untyped_storage().nbytes()
+        counted = self._counted(v, t)
+        self.level[d] -= counted
         storage = t.untyped_storage().data_ptr()
-        if storage in self.held:               # the model's own tensor: it stays, out of the ledger
+        if storage in self.held and self.outside[storage] == counted:   # the model's own: it stays, unledgered
             self.held[storage] -= 1
             if not self.held[storage]:
                 del self.held[storage]
                 self.outside_bytes[str(self.dev[d])] += self.outside[storage]
+                self._track(d)
         readers = self.readers.get((d, v), ())
         if t.is_cuda:
             for s in readers:
@@ -567,6 +582,9 @@ class Replayer:
         self.same = {}
         for d in names:
             self.same.setdefault(str(self.dev[d]), []).append(d)
+        # the schedule device that holds them on each torch device: its accelerator, if any
+        kind = {x.name: x.kind for x in self.cluster.devices}
+        self.keeper = {w: next((d for d in ds if kind[d] == "cuda"), ds[0]) for w, ds in self.same.items()}
         self.outside, self.held = {}, {}
         self.outside_bytes = dict.fromkeys(self.same, 0)
         for t in (*self.model.parameters(), *self.model.buffers(), *inputs, *targets):
@@ -574,7 +592,9 @@ class Replayer:
             if str(t.device) in self.same and st.data_ptr() not in self.outside:
                 self.outside[st.data_ptr()] = st.nbytes()
                 self.outside_bytes[str(t.device)] += st.nbytes()
-        self.model_peak = dict(self.outside_bytes)
+        self.torch_peak = dict(self.outside_bytes)
+        self.model_peak = {d: self.outside_bytes[str(self.dev[d])] if self.keeper[str(self.dev[d])] == d else 0
+                           for d in names}
         self.readers = {}
         self.pending = []
         # timed: each compute gets the time its stream advanced since the previous one there, so the dispatch and
@@ -666,4 +686,4 @@ class Replayer:
                 _resident(self.model, inputs + targets, c)
         op_times = {k: b - a if isinstance(a, float) else a.elapsed_time(b) / 1e3 for k, a, b in self.spans}
         return StepStats(float(box["loss"]), wall, dict(self.peak), measured, self.predicted, op_times,
-                         dict(self.model_peak))
+                         dict(self.model_peak), dict(self.torch_peak))
