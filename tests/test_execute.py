@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from optsched.capture import capture_step  # noqa: E402
 from optsched.capture.models import BUILTIN  # noqa: E402
 from optsched.capture.trace import _WithLoss  # noqa: E402
-from optsched.cluster import Cluster, Device, single_accelerator  # noqa: E402
+from optsched.cluster import Cluster, Device, hold_sources, single_accelerator  # noqa: E402
 from optsched.errors import OptschedError  # noqa: E402
 from optsched.execute import (  # noqa: E402
     ExecuteError,
@@ -488,6 +488,36 @@ def test_replays_a_tensor_the_forward_made(solver):
     assert stats.loss == want_loss.item()
     for p, g in zip(model.parameters(), want, strict=True):
         assert torch.equal(p.grad, g)
+
+
+def test_a_held_parameter_swapped_out_and_back_is_the_model_own():
+    """In the held problem a parameter weighs nothing, so moving it is free there; the replay then places the
+    model's own tensor again rather than copying it back, which would allocate it twice on gpu0."""
+    torch.manual_seed(3)
+    model, x = _Scaled(), torch.randn(5, 8)
+    loss_fn = lambda y: (y**2).mean()
+    step, graph = capture_step(model, (x,), loss_fn)
+    cluster = single_accelerator(2**30)
+    hg, hc = hold_sources(graph, cluster, "gpu0")
+    plain = list(solve(hg, hc, "keep-everything").instructions)
+    reads = {n.id: [k for k, ins in enumerate(plain)
+                    if isinstance(ins, Compute) and n.id in graph.node(ins.node).inputs]
+             for n in graph.nodes if n.kind == "param"}
+    w, first = next((w, ks[0]) for w, ks in reads.items() if len(ks) > 1)   # read again after its first reader
+    moved = (plain[:first + 1] + [Copy(w, "gpu0", "host"), Free(w, "gpu0"), Copy(w, "host", "gpu0")]
+             + plain[first + 1:])
+    schedule = Schedule(tuple(moved))
+    assert simulate(hg, hc, schedule).valid
+    ex = {"inputs": (x,), "targets": (), "loss_fn": loss_fn}
+    want_loss, want = _eager_grads(model, ex)
+    stats = Replayer(model, step, hg, hc, schedule).run((x,), allocator=True)
+    assert stats.loss == want_loss.item()
+    for p, g in zip(model.parameters(), want, strict=True):
+        assert torch.equal(p.grad, g)
+    model.zero_grad(set_to_none=True)
+    kept = Replayer(model, step, hg, hc, Schedule(tuple(plain))).run((x,), allocator=True)
+    model.zero_grad(set_to_none=True)
+    assert stats.allocator_peak["cpu"] <= kept.allocator_peak["cpu"] + graph.node(w).bytes   # its copy on the host
 
 
 def test_refuses_wrong_input_shape(mlp_case):

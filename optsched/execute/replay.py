@@ -447,20 +447,13 @@ class Replayer:
 
     # -- instructions -----------------------------------------------------------------------------------------------
 
-    def _compute(self, k: int, d: str, v: str, inputs: tuple, targets: tuple) -> None:
+    def _compute(self, k: int, d: str, v: str) -> None:
         dev = self.dev[d]
         stream = self.streams.get(d)
         self._wait_inputs(d, v, stream)
         with torch.cuda.stream(stream) if stream is not None else nullcontext():
             if v in self.source:
-                what, key = self.source[v]
-                if what == "param":
-                    t = getattr(*self.slot[key]).detach()
-                elif what == "buffer":
-                    t = getattr(*self.slot[key])
-                else:
-                    t = (inputs + targets)[key]
-                t = t.to(dev, non_blocking=True)
+                t = self._source(v).to(dev, non_blocking=True)
             elif v in self.op_of:
                 op = self.op_of[v]
                 stashed = self.stash[d].get(self.primary_of_op[op.name], {})
@@ -483,7 +476,20 @@ class Replayer:
                 t = self._call(d, self.fx[v])
             self._put(d, v, t, self._recorded(stream))
 
+    def _source(self, v: str) -> torch.Tensor:
+        """The model's parameter or buffer, or the step's input, that source node v stands for."""
+        what, key = self.source[v]
+        if what == "param":
+            return getattr(*self.slot[key]).detach()
+        if what == "buffer":
+            return getattr(*self.slot[key])
+        return self.args[key]
+
     def _copy(self, v: str, a: str, b: str) -> None:
+        if v in self.source and self.graph.node(v).bytes == 0 and self._source(v).device == self.dev[b]:
+            # a held parameter or input (`cluster.hold_sources`): the model keeps it on b, nothing moves
+            self._put(b, v, self._source(v), None)
+            return
         src, ev = self.env[a][v][-1]
         da, db = self.dev[a], self.dev[b]
         link = f"{a}->{b}"
@@ -572,6 +578,7 @@ class Replayer:
 
     def _run(self, inputs: tuple, targets: tuple, timed: bool) -> torch.Tensor:
         names = list(self.dev)
+        self.args = inputs + targets
         self.env = {d: {} for d in names}
         self.stash = {d: {} for d in names}
         self.level = dict.fromkeys(names, 0)
@@ -608,7 +615,7 @@ class Replayer:
             for k in self.order:
                 ins = instructions[k]
                 if isinstance(ins, Compute):
-                    self._compute(k, ins.device, ins.node, inputs, targets)
+                    self._compute(k, ins.device, ins.node)
                     if timed:
                         key, mark = self._mark(ins.device)
                         self.spans.append((k, marks[key], mark))
