@@ -96,7 +96,7 @@ def hold_sources(graph: Graph, cluster: Cluster, device: str) -> tuple[Graph, Cl
     if held >= dev.memory:
         raise ClusterError(f"the parameters and inputs alone take {format_size(held)}, all of {device}'s budget "
                            f"of {format_size(dev.memory)}", field="memory",
-                           hint="raise the budget, or let the schedule move the parameters (no --hold-model)")
+                           hint="raise the budget, or let the schedule move them (no --hold-model; hold=False)")
     nodes = tuple(replace(n, bytes=0) if n.kind in SOURCE_KINDS else n for n in graph.nodes)
     devices = tuple(replace(d, memory=d.memory - held) if d.name == device else d for d in cluster.devices)
     return Graph(nodes, graph.name, graph.meta), replace(cluster, devices=devices)

@@ -490,6 +490,16 @@ def test_replays_a_tensor_the_forward_made(solver):
         assert torch.equal(p.grad, g)
 
 
+def test_compile_holds_the_model_on_one_accelerator_only():
+    ex = BUILTIN["mlp"]()
+    two = single_accelerator(10**9, gpus=2)
+    with pytest.raises(OptschedError, match="one accelerator, not 2"):
+        compile(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"], cluster=two, solver="heuristic",
+                hold=True)
+    step = compile(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"], cluster=two, solver="heuristic")
+    assert step.cluster == two      # a CPU model is not held unless asked
+
+
 def test_a_held_parameter_swapped_out_and_back_is_the_model_own():
     """In the held problem a parameter weighs nothing, so moving it is free there; the replay then places the
     model's own tensor again rather than copying it back, which would allocate it twice on gpu0."""

@@ -65,8 +65,8 @@ def compile(model, example_inputs, loss_fn: Callable | None = None, *, targets=N
     """Capture the model's step, solve it for the budget (or load `schedule`), and return a `TrainStep`.
 
     `hold` (when solving): the model's parameters and the inputs stay on the accelerator all step, so the
-    schedule makes room for them throughout (`cluster.hold_sources`) rather than moving them; None: when the model
-    is on a GPU, which holds them whatever a schedule frees. Needs a cluster with one accelerator."""
+    schedule makes room for them throughout (`cluster.hold_sources`) rather than moving them. Needs a cluster with
+    one accelerator; None: when it has one and the model is on a GPU, which holds them whatever a schedule frees."""
     from ..capture import capture_step
     from ..cluster import hold_sources
     from ..solvers import solve
@@ -75,8 +75,7 @@ def compile(model, example_inputs, loss_fn: Callable | None = None, *, targets=N
     share = is_share(mem)
     if not share:
         cluster = _cluster(mem, cluster)    # a mistake is refused before the capture
-    if hold is None:
-        hold = any(p.is_cuda for p in model.parameters())
+    auto = hold is None
     step, graph = capture_step(model, example_inputs, loss_fn, targets=targets, cuda=cuda)
     if share:
         from ..solvers.baselines import keep_everything_peak
@@ -87,8 +86,11 @@ def compile(model, example_inputs, loss_fn: Callable | None = None, *, targets=N
 
         schedule = load_schedule(schedule)
     if schedule is None:
+        one = len(cluster.accelerators) == 1
+        if auto:
+            hold = one and any(p.is_cuda for p in model.parameters())
         if hold:
-            if len(cluster.accelerators) != 1:
+            if not one:
                 raise OptschedError(f"hold needs a cluster with one accelerator, not {len(cluster.accelerators)}",
                                     hint="pass hold=False to let the schedule move the parameters")
             graph, cluster = hold_sources(graph, cluster, cluster.accelerators[0].name)
