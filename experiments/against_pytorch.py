@@ -20,11 +20,13 @@ by B. The ledger is not the whole process here: on a CPU the "host" is the same 
 still counted by the allocator (allocator peak = gpu0 ledger + host copies + scratch inside ops, which the graph
 does not model). So the CSV has `peak_bytes` (the allocator: the whole step), `ledger_gpu0_bytes` and
 `device_peak_bytes`, the budgeted device's measured peak that the figure plots: the allocator's for PyTorch and for
-a schedule that swaps nothing (all on one memory, as PyTorch), the gpu0 ledger for one that swaps (on a GPU machine
-its host copies would be in host RAM; the ledger omits op scratch). `milp/recompute-only` never swaps: it is the
-like-for-like counterpart of the knapsack. Only the accelerator computes (the graph's costs name `cuda` alone),
-since both devices are the same cores here; op costs are profiled on this CPU and the link is this CPU's copy
-bandwidth.
+a schedule that swaps nothing (all on one memory, as PyTorch), for one that swaps the gpu0 ledger with the model's
+tensors that it does not count (`StepStats.peak_with_model_tensors`: the model holds a weight the schedule swaps
+out; on a GPU machine the host copies would be in host RAM; op scratch is left out). against_pytorch_cpu.csv
+predates that: its swapping rows plot the gpu0 ledger alone, below what gpu0 held wherever a weight was swapped out.
+`milp/recompute-only` never swaps: it is the like-for-like counterpart of the knapsack. Only the accelerator computes
+(the graph's costs name `cuda` alone), since both devices are the same cores here; op costs are profiled on this CPU
+and the link is this CPU's copy bandwidth.
 
 Step time, one thread on both sides: every step of a model (eager, each compiled budget, each schedule) is built
 first and then all are timed in turns, one step of each per round for --steps rounds after a warm-up round, so a
@@ -270,7 +272,8 @@ def optsched_step(model, step, graph: Graph, inputs: tuple, targets: tuple, budg
     out = {"solver": solver, "budget_bytes": int(budget), "status": status, "solve_s": solve_s,
            "message": schedule.report.message if schedule.report else "",
            "gap": schedule.report.gap if schedule.report and schedule.report.gap is not None else "",
-           "loss": first.loss, "device_peak": first.peak["gpu0"], "predicted_peak": pred.peak["gpu0"],
+           "loss": first.loss, "device_peak": first.peak_with_model_tensors["gpu0"], "ledger": first.peak["gpu0"],
+           "predicted_peak": pred.peak["gpu0"],
            "predicted_step_s": pred.makespan, "recomputed": pred.recomputed, "swap_out_bytes": pred.swap_out_bytes}
     if ref is not None:
         out["loss_err"], out["grad_err"] = _errors(first.loss, _grads(model), ref)
@@ -413,7 +416,7 @@ def _opt_row(r: dict) -> dict:
     return {"budget_bytes": r["budget_bytes"] if r["budget_bytes"] < 2**40 else "", "status": r["status"],
             "peak_bytes": r["peak"],
             "device_peak_bytes": r["peak"] if r["swap_out_bytes"] == 0 or r["cuda"] else r["device_peak"],
-            "ledger_gpu0_bytes": r["device_peak"], "predicted_peak_bytes": r["predicted_peak"],
+            "ledger_gpu0_bytes": r["ledger"], "predicted_peak_bytes": r["predicted_peak"],
             "predicted_step_s": r["predicted_step_s"], "recomputed": r["recomputed"],
             "swap_out_bytes": r["swap_out_bytes"], "loss_err": r["loss_err"], "grad_err": r["grad_err"],
             "solve_s": r["solve_s"], "solver_gap": r["gap"], "message": r["message"]}
