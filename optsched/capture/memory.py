@@ -16,18 +16,20 @@ import torch
 from .trace import _as_tuple, _WithLoss
 
 
+def model_storages(model: torch.nn.Module, tensors) -> dict[int, tuple[str, int]]:
+    """The storages of the model's parameters and buffers and of `tensors`, each once: data pointer -> (its torch
+    device, its bytes)."""
+    out: dict[int, tuple[str, int]] = {}
+    for t in (*model.parameters(), *model.buffers(), *tensors):
+        s = t.untyped_storage()
+        out.setdefault(s.data_ptr(), (str(t.device), s.nbytes()))
+    return out
+
+
 def _resident(model: torch.nn.Module, tensors, device=None) -> int:
     """Bytes of the storages of the model's parameters and buffers and of `tensors` (on `device` alone if given)."""
-    seen: set[int] = set()
-    total = 0
-    for t in (*model.parameters(), *model.buffers(), *tensors):
-        if device is not None and t.device != torch.device(device):
-            continue
-        s = t.untyped_storage()
-        if s.data_ptr() not in seen:
-            seen.add(s.data_ptr())
-            total += s.nbytes()
-    return total
+    where = None if device is None else str(torch.device(device))
+    return sum(n for dev, n in model_storages(model, tensors).values() if where is None or dev == where)
 
 
 def cpu_allocation_peak(fn) -> int:

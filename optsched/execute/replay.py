@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..capture.cost import _median_time
+from ..capture.memory import _resident, cpu_allocation_peak, model_storages
 from ..capture.trace import Step, _op_name, fold
 from ..cluster import Cluster
 from ..errors import OptschedError
@@ -299,6 +300,12 @@ class Replayer:
                 if side.type == "cuda":
                     self.streams[f"{link.src}->{link.dst}"] = torch.cuda.Stream(side)
         self.pinned: dict[tuple, list[torch.Tensor]] = {}
+        self.same: dict[str, list[str]] = {}       # torch device -> the schedule devices on it
+        for d, x in self.dev.items():
+            self.same.setdefault(str(x), []).append(d)
+        # the schedule device that holds the model's tensors on each torch device: its accelerator, if any
+        kind = {x.name: x.kind for x in cluster.devices}
+        self.keeper = {w: next((d for d in ds if kind[d] == "cuda"), ds[0]) for w, ds in self.same.items()}
         self.pools: dict[str, ThreadPoolExecutor] = {}   # CPU copy streams by link
         self.pending: list[Future] = []                  # CPU copies issued since the last sync
         weakref.finalize(self, _shutdown, self.pools)
@@ -486,10 +493,11 @@ class Replayer:
         return self.args[key]
 
     def _copy(self, v: str, a: str, b: str) -> None:
-        if v in self.source and self.graph.node(v).bytes == 0 and self._source(v).device == self.dev[b]:
-            # a held parameter or input (`cluster.hold_sources`): the model keeps it on b, nothing moves
-            self._put(b, v, self._source(v), None)
-            return
+        if v in self.source and self.graph.node(v).bytes == 0:
+            own = self._source(v)
+            if own.device == self.dev[b]:   # a held parameter or input (`cluster.hold_sources`): the model keeps
+                self._put(b, v, own, None)  # it on b, nothing moves
+                return
         src, ev = self.env[a][v][-1]
         da, db = self.dev[a], self.dev[b]
         link = f"{a}->{b}"
@@ -586,19 +594,12 @@ class Replayer:
         # the storages of the model's parameters and buffers and of the step's inputs on the torch devices of the
         # schedule (data pointer -> bytes): outside the ledger until a compute places one there, and again after
         # the ledger frees it; their pointers stay unique all step, since they stay allocated
-        self.same = {}
-        for d in names:
-            self.same.setdefault(str(self.dev[d]), []).append(d)
-        # the schedule device that holds them on each torch device: its accelerator, if any
-        kind = {x.name: x.kind for x in self.cluster.devices}
-        self.keeper = {w: next((d for d in ds if kind[d] == "cuda"), ds[0]) for w, ds in self.same.items()}
         self.outside, self.held = {}, {}
         self.outside_bytes = dict.fromkeys(self.same, 0)
-        for t in (*self.model.parameters(), *self.model.buffers(), *inputs, *targets):
-            st = t.untyped_storage()
-            if str(t.device) in self.same and st.data_ptr() not in self.outside:
-                self.outside[st.data_ptr()] = st.nbytes()
-                self.outside_bytes[str(t.device)] += st.nbytes()
+        for ptr, (where, nbytes) in model_storages(self.model, inputs + targets).items():
+            if where in self.same:
+                self.outside[ptr] = nbytes
+                self.outside_bytes[where] += nbytes
         self.torch_peak = dict(self.outside_bytes)
         self.model_peak = {d: self.outside_bytes[str(self.dev[d])] if self.keeper[str(self.dev[d])] == d else 0
                            for d in names}
@@ -629,7 +630,6 @@ class Replayer:
             self._sync(host=True)
             loss = self._finish()
         except BaseException:
-            wait(self.pending)
             self.env = self.stash = {}   # an abandoned step holds no tensor (an out-of-memory error can be retried)
             raise
         finally:
@@ -666,8 +666,6 @@ class Replayer:
         allocator=True also records the CPU allocator's peak through the profiler, which slows the step;
         timed=True fills `op_times` (perf_counter on the CPU, CUDA events on a stream: no extra synchronization).
         """
-        from ..capture.memory import _resident, cpu_allocation_peak
-
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
         targets = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,) if targets is not None else ()
         self._check_inputs(inputs + targets)
