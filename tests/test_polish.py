@@ -1,5 +1,6 @@
 """Keep instead of recompute: the pass never returns a slower or invalid schedule, removes every recomputation
-when the budget is unbounded (and with it the recomputations that only served it), and keeps within the budget."""
+when the budget is unbounded (and with it the recomputations that only served it), and keeps within the budget;
+where keeping overflows, it makes room by deferring a computation past the overflow or dropping a cheaper value."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from milp_graphs import one_gpu
 from strategies import seeded_training_graphs
 
 from optsched.generate import chain_graph
+from optsched.graph import Graph, Node, check_graph
 from optsched.schedule import Compute, Free, Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, chen_sqrt, keep_everything, solve
-from optsched.solvers.polish import _keep, keep_instead_of_recompute
+from optsched.solvers.polish import _keep, _tighten, keep_instead_of_recompute
 
 
 def test_unbounded_budget_removes_every_recomputation():
@@ -56,6 +58,76 @@ def test_a_recomputation_chain_goes_with_the_value_it_served():
     assert r.valid and r.recomputed == 0
 
 
+def _side_graph(extra: dict | None = None) -> Graph:
+    """x -> a -> b -> c, and s (a statistic of x, 50 bytes) that only g, the last operation, reads with c and a."""
+    def node(i, ins, nbytes, **kw):
+        return Node(i, "op", "forward", ins, {"cuda": 1.0}, nbytes, **{**kw, **(extra or {}).get(i, {})})
+
+    return check_graph(Graph((node("x", (), 10, recomputable=False), node("s", ("x",), 50), node("a", ("x",), 100),
+                              node("b", ("a",), 100), node("c", ("b",), 100),
+                              node("g", ("c", "s", "a"), 99, required=True)), name="side"))
+
+
+def _side_schedule() -> Schedule:
+    # s computed early and held through c; a dropped after b and computed again for g
+    c = [Compute(v, "gpu0") for v in "xsab"] + [Free("a", "gpu0"), Compute("c", "gpu0"), Free("b", "gpu0"),
+                                                 Compute("a", "gpu0"), Compute("g", "gpu0")]
+    return Schedule(tuple(c))
+
+
+def test_a_computation_held_through_the_overflow_is_deferred_to_make_room():
+    g = _side_graph()
+    cl = one_gpu(359)       # keeping a holds x, s, a, b and c (360 bytes) when c is computed
+    s = _side_schedule()
+    before = simulate(g, cl, s)
+    assert before.valid and before.recomputed == 1 and before.peak["gpu0"] == 359
+    out, r = keep_instead_of_recompute(g, cl, s, make_room=False)
+    assert r.recomputed == 1 and r.makespan == before.makespan        # keeping a alone does not fit
+    out, r = keep_instead_of_recompute(g, cl, s)
+    again = simulate(g, cl, out)
+    assert again.valid and again.recomputed == 0 and again.makespan == r.makespan == before.makespan - 1.0
+    assert again.peak["gpu0"] <= 359
+    ins = list(out.instructions)
+    assert ins.index(Compute("s", "gpu0")) > ins.index(Compute("c", "gpu0"))      # s deferred past the peak
+
+
+def test_a_cheaper_value_is_dropped_to_make_room():
+    # s is read by t at once, so it cannot be deferred; it costs a tenth of a's time and its input a stays once
+    # kept: dropped after t and computed again for g, it makes the room that keeping a needs at c
+    g = check_graph(Graph((Node("x", "in", "input", (), {"cuda": 0.0}, 10, recomputable=False),
+                           Node("a", "op", "forward", ("x",), {"cuda": 1.0}, 100),
+                           Node("s", "op", "forward", ("a",), {"cuda": 0.1}, 50),
+                           Node("t", "op", "forward", ("s",), {"cuda": 1.0}, 10),
+                           Node("b", "op", "forward", ("t",), {"cuda": 1.0}, 100),
+                           Node("c", "op", "forward", ("b",), {"cuda": 1.0}, 100),
+                           Node("g", "op", "forward", ("c", "s", "a"), {"cuda": 1.0}, 89, required=True)),
+                          name="drop"))
+    cl = one_gpu(359)
+    ins = [Compute(v, "gpu0") for v in ("x", "a", "s", "t", "b")] + [
+        Free("t", "gpu0"), Free("a", "gpu0"), Compute("c", "gpu0"), Free("b", "gpu0"), Compute("a", "gpu0"),
+        Compute("g", "gpu0")]
+    s = Schedule(tuple(ins))
+    before = simulate(g, cl, s)
+    assert before.valid and before.recomputed == 1, before.violation
+    out, r = keep_instead_of_recompute(g, cl, s, make_room=False)
+    assert r.makespan == before.makespan
+    out, r = keep_instead_of_recompute(g, cl, s)
+    again = simulate(g, cl, out)
+    assert again.valid and again.makespan == r.makespan
+    assert again.makespan == before.makespan - 1.0 + 0.1       # a kept, s (0.1 s) computed again instead
+    assert [x.node for x in out.instructions if isinstance(x, Compute)].count("s") == 2
+
+
+def test_tighten_frees_each_value_after_its_last_use():
+    g = _side_graph()
+    ins = [Compute(v, "gpu0") for v in "xsabc"] + [Compute("g", "gpu0"), Free("b", "gpu0"), Free("s", "gpu0")]
+    tags = _tighten(g, ins, list(range(len(ins))))
+    out = [ins[t] for t in tags]
+    assert out.index(Free("b", "gpu0")) == out.index(Compute("c", "gpu0")) + 1
+    assert out.index(Free("s", "gpu0")) == out.index(Compute("g", "gpu0")) + 1
+    assert sorted(tags) == list(range(len(ins)))
+
+
 def test_tight_budget_stays_within_it():
     g = chain_graph(16)
     big = one_gpu(10**15)
@@ -81,8 +153,9 @@ def test_never_invalid_never_slower(g, frac, solver):
     before = simulate(g, cl, s)
     if not before.valid:
         return
-    out, r = keep_instead_of_recompute(g, cl, s)
-    again = simulate(g, cl, out)
-    assert again.valid, again.violation
-    assert again.makespan == r.makespan <= before.makespan
-    assert again.recomputed <= before.recomputed
+    for room in (False, True):
+        out, r = keep_instead_of_recompute(g, cl, s, make_room=room)
+        again = simulate(g, cl, out)
+        assert again.valid, again.violation
+        assert again.makespan == r.makespan <= before.makespan
+        assert room or again.recomputed <= before.recomputed    # making room may compute a cheaper value again

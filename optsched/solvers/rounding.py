@@ -24,8 +24,9 @@ optimum: GPT-2 at 50% of its keep-everything memory, 1.145x its time against 1.1
 (the bound: 1.138x); the 3-layer GPT-2 at 40-50%, 1.190x and 1.112x against 1.198x and 1.130x; BERT at 50%,
 1.2097x, the bound itself.
 
-The fastest roundings then keep, where the real budget allows, what they would recompute (`polish.py`), and the
-fastest polished one is returned: a rounding of the LP at a reduced budget, or a repaired one, leaves room
+The fastest roundings then keep, where the real budget allows, what they would recompute (`polish.py`, which
+also defers past the peak what the order computed too early to make that room), and the fastest polished one is
+returned: a rounding of the LP at a reduced budget, or a repaired one, leaves room
 under the real budget.
 
 `options.params`: thresholds (sequence of theta), budget_scales (sequence of LP budget factors), polish (bool,
