@@ -33,6 +33,7 @@ from optsched.graph import Graph, memory_lower_bound
 from optsched.schedule import Compute, Copy, Free, Schedule, Sync
 from optsched.simulate import simulate
 from optsched.solvers import chen_sqrt, keep_everything
+from optsched.solvers.baselines import backward_phase
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SOME = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -196,11 +197,20 @@ def test_chen_sqrt_peak_at_most_keep_everything_without_params(g):
 
 @SOME
 @given(g=st.one_of(training_graphs(max_forward=25, params=True), seeded_training_graphs(max_forward=40)))
-def test_chen_sqrt_peak_at_most_keep_everything_plus_sources(g):
-    """A recomputation reads its sources again, so chen-sqrt may hold a parameter, or the data input where no
-    backward operation reads it, that keep-everything frees after the forward pass: at most all of them."""
-    sources = sum(n.bytes for n in g.nodes if n.kind in ("param", "input"))
-    assert peak_of(g, chen_sqrt(g, big_cluster())) <= peak_of(g, keep_everything(g, big_cluster())) + sources
+def test_chen_sqrt_peak_at_most_keep_everything_plus_what_it_reads_again(g):
+    """A recomputation reads its sources again, and the forward values on its way that no backward operation
+    reads, which keep-everything frees during the forward pass; chen-sqrt may hold those (a checkpoint among them)
+    beyond keep-everything's peak: at most all of them. (A random 8-layer graph with skip connections whose
+    backward pass reads 3 of its 8 activations: 433 kB, against 256 kB and 141 kB of sources, with a 100 kB
+    checkpoint that no backward operation reads.)"""
+    late = backward_phase(g)
+    a = g.arrays
+    read_late = np.zeros(len(g), dtype=bool)
+    for v in np.flatnonzero(late):
+        read_late[a.inputs_of(v)] = True
+    again = sum(n.bytes for n, r in zip(g.nodes, read_late, strict=True)
+                if n.kind in ("param", "input") or (n.kind == "forward" and not r))
+    assert peak_of(g, chen_sqrt(g, big_cluster())) <= peak_of(g, keep_everything(g, big_cluster())) + again
 
 
 # --- agreement with a naive re-implementation of the contract --------------------------------------
