@@ -118,6 +118,32 @@ def test_a_cheaper_value_is_dropped_to_make_room():
     assert [x.node for x in out.instructions if isinstance(x, Compute)].count("s") == 2
 
 
+def test_a_small_reader_is_hoisted_before_the_overflow_to_free_its_large_input():
+    # w is read by b before the overflow and by m (a weight gradient: 5 bytes) after it; m's inputs are all
+    # resident at the overflow, so m moves before it and w goes: the room that keeping u needs at c. Dropping w
+    # instead costs its computation, as much as keeping u saves
+    def node(i, ins, nbytes, cost=1.0, **kw):
+        return Node(i, "op", "forward", ins, {"cuda": cost}, nbytes, **kw)
+
+    g = check_graph(Graph((node("x", (), 10, 0.0, recomputable=False), node("u", ("x",), 100),
+                           node("w", ("x",), 100), node("b", ("u", "w"), 100), node("c", ("b",), 100),
+                           node("m", ("w",), 5, required=True), node("g", ("c", "u"), 50, required=True)),
+                          name="hoist"))
+    cl = one_gpu(315)
+    ins = [Compute(v, "gpu0") for v in "xuwb"] + [Free("u", "gpu0"), Compute("c", "gpu0"), Free("b", "gpu0"),
+                                                  Compute("m", "gpu0"), Free("w", "gpu0"), Compute("u", "gpu0"),
+                                                  Compute("g", "gpu0")]
+    s = Schedule(tuple(ins))
+    before = simulate(g, cl, s)
+    assert before.valid and before.recomputed == 1, before.violation
+    assert keep_instead_of_recompute(g, cl, s, make_room=False)[1].makespan == before.makespan
+    out, r = keep_instead_of_recompute(g, cl, s)
+    again = simulate(g, cl, out)
+    assert again.valid and again.recomputed == 0 and again.makespan == r.makespan == before.makespan - 1.0
+    order = [x.node for x in out.instructions if isinstance(x, Compute)]
+    assert order.index("m") < order.index("c") and again.peak["gpu0"] <= 315
+
+
 def test_tighten_frees_each_value_after_its_last_use():
     g = _side_graph()
     ins = [Compute(v, "gpu0") for v in "xsabc"] + [Compute("g", "gpu0"), Free("b", "gpu0"), Free("s", "gpu0")]
