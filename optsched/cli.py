@@ -274,6 +274,7 @@ def cmd_solve(args) -> int:
                         params={**{k: True for k, on in (("coarsen", args.coarsen), ("instage", args.within_stage))
                                    if on}, **({"highs": _highs_options(args.highs)} if args.highs else {}),
                                 **({"host_compute": False} if args.no_host_compute else {}),
+                                **({"polish": False} if args.no_polish else {}),
                                 **({"cuts": args.cuts} if args.cuts is not None else {})})
     if args.devices is not None and args.devices < 1:
         raise OptschedError("--devices must be at least 1")
@@ -284,6 +285,8 @@ def cmd_solve(args) -> int:
     if args.no_host_compute and args.solver != "milp" and not args.solver.startswith("pulp"):
         raise OptschedError(f"--no-host-compute applies to the MILP (milp, pulp), not to {args.solver!r}",
                             hint="the single-device solvers run on one accelerator already (--device)")
+    if args.no_polish and args.solver != "milp" and not args.solver.startswith("pulp"):
+        raise OptschedError(f"--no-polish applies to the MILP (milp, pulp), not to {args.solver!r}")
     if args.highs and args.solver != "milp":
         raise OptschedError(f"--highs sets options of the milp solver (HiGHS), not of {args.solver!r}")
     if args.plot:
@@ -674,6 +677,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MILP: the host runs no operation, it only holds swapped tensors; with --no-swap and "
                         "--devices 1 this is Checkmate's problem (one accelerator, recompute only), whose "
                         "recomputation lower bound then applies")
+    p.add_argument("--no-polish", action="store_true",
+                   help="MILP: return the model's own schedule; by default, where it recomputes and is more than "
+                        "--gap above the bound, values are kept instead (room made by deferring what the model's "
+                        "order computed early) and a faster schedule outside the model is returned")
     p.add_argument("--write-model", help="MILP: also write the model as .mps or .lp")
     p.add_argument("--coarsen", action="store_true",
                    help="MILP: fold chains of cheap operations first (a smaller model, no bound for the full graph)")

@@ -342,6 +342,26 @@ def test_no_host_compute_takes_the_host_out_of_a_one_device_recompute_only_solve
         assert code == 2 and f"not to '{solver}'" in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_no_polish_asks_the_milp_for_its_models_own_schedule(capsys, monkeypatch):
+    import optsched.solvers as solvers
+
+    seen = []
+    real = solvers.get_solver
+
+    def spy(name):
+        fn = real(name)
+        return lambda g, cl, opts: seen.append((name, opts.params)) or fn(g, cl, opts)
+
+    monkeypatch.setattr(solvers, "get_solver", spy)
+    base = ["solve", "example:tiny", "--mem", "1.1MB", "--no-swap", "--json"]
+    for flags, polish in (([], True), (["--no-polish"], False)):
+        code, out, err = run(capsys, *base, *flags)
+        assert code == 0 and json.loads(out)["valid"], err
+        assert [p.get("polish", True) for name, p in seen if name == "milp"][-1] is polish
+    code, _, err = run(capsys, *base, "--no-polish", "--solver", "dtr")
+    assert code == 2 and "not to 'dtr'" in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_highs_options(capsys):
     from optsched.cli import _highs_options
 
