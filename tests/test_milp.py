@@ -755,6 +755,25 @@ def test_the_milps_schedule_is_polished_outside_its_model():
     assert r.message.startswith("the MILP's schedule (")
 
 
+def test_ctrl_c_while_polishing_returns_the_solvers_schedule(monkeypatch):
+    # six nodes on one GPU, where the model's optimum (18 s) is polished to 16 s outside it: a Ctrl-C during the
+    # polish returns the model's schedule, marked interrupted
+    g = small_dag(6, 2)
+    lb = memory_lower_bound(g)
+    ke = ke_peak(g)
+    cl = one_gpu(lb + int(0.8 * (ke - lb)))
+    opts = SolveOptions(time_limit=30, gap=0.0, warm_start=B.keep_everything(g, cl), params={"instage": False})
+    assert solve(g, cl, "milp", opts).report.extra.get("polished")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module("optsched.solvers.milp"), "keep_instead_of_recompute", interrupted)
+    s = solve(g, cl, "milp", opts)
+    assert s.report.status == "interrupted" and "polished" not in s.report.extra
+    assert s.report.objective == pytest.approx(18.0) and simulate(g, cl, s).valid
+
+
 def test_no_within_stage_follow_up_where_the_whole_stage_optimum_is_within_the_gap_of_the_bound():
     g = captured_mlp(4)
     cl = one_gpu(int(0.8 * ke_peak(g)))

@@ -481,7 +481,10 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
     if bound is not None:
         bound = min(bound, obj)
     head = ""
-    polished = _polished(graph, cluster, options, sched, res, floor, status, deadline)
+    try:
+        polished = _polished(graph, cluster, options, sched, res, floor, status, deadline)
+    except KeyboardInterrupt:       # Ctrl-C while polishing: the solver's schedule stands
+        polished, status = None, "interrupted"
     if polished is not None:
         # outside the stage model now: its bound and optimality say nothing of this schedule
         sched, res = polished
