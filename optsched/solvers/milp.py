@@ -1197,7 +1197,7 @@ def _pulp(graph, cluster, options, solver_name):
         elif sol == pulp.LpSolutionIntegerFeasible:
             status = "time_limit"
         else:
-            status = "time_limit" if solve_time >= options.time_limit * 0.95 else "error"
+            status = "time_limit" if solve_time >= left * 0.95 else "error"     # its own limit, not the call's
     vals = [v.varValue for v in xs]
     # only a solution the solver calls integer feasible: stopped without one, CBC still writes values (those of
     # its last LP), and they are no schedule; a solver's tolerance is checked against every row all the same
