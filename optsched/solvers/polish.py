@@ -100,8 +100,7 @@ def _reads(graph: Graph, x, dev: str) -> list[str]:
     """The values instruction x reads on device dev."""
     a = graph.arrays
     if isinstance(x, Compute) and x.device == dev:
-        v = a.index[x.node]
-        return [a.ids[u] for u in a.in_idx[a.in_ptr[v]:a.in_ptr[v + 1]]]
+        return [a.ids[u] for u in a.inputs_of(a.index[x.node])]
     if isinstance(x, Copy) and x.src == dev:
         return [x.node]
     return []
@@ -194,7 +193,7 @@ def _missing(graph: Graph, res: _Residency, w: str, q: int) -> list[str] | None:
         v = a.index[u]
         if u != w and not a.recomputable[v]:
             return False
-        if not all(need(a.ids[i]) for i in a.in_idx[a.in_ptr[v]:a.in_ptr[v + 1]]):
+        if not all(need(a.ids[i]) for i in a.inputs_of(v)):
             return False
         seen.add(u)
         out.append(u)
@@ -226,7 +225,7 @@ def _moves(graph: Graph, ins: list, p: int, dev: str):
             # deferred, to the latest point up to its reader where its missing inputs cost the least
             last = nxt if nxt is not None else n
             spots = {p + 1, last}
-            for u in a.in_idx[a.in_ptr[v]:a.in_ptr[v + 1]].tolist():
+            for u in a.inputs_of(v).tolist():
                 for s, e in res.spans.get(a.ids[u], ()):
                     spots.update(q for q in (s + 1, e) if p < q <= last)
             best = None
@@ -257,8 +256,7 @@ def _hoistable(graph: Graph, res: _Residency, x, i: int, p: int, dev: str) -> bo
     a = graph.arrays
     if not isinstance(x, Compute) or x.device != dev or res.span_at(x.node, p) is not None:
         return False
-    v = a.index[x.node]
-    return (all(res.span_at(a.ids[u], p) is not None for u in a.in_idx[a.in_ptr[v]:a.in_ptr[v + 1]].tolist())
+    return (all(res.span_at(a.ids[u], p) is not None for u in a.inputs_of(a.index[x.node]).tolist())
             and not any(p < s < i for s, _ in res.spans.get(x.node, ())))
 
 
@@ -283,10 +281,6 @@ def _seconds(graph: Graph, cluster: Cluster, nodes, dev: str) -> float:
     d = cluster.devices[cluster.device_index[dev]]
     cost = graph.arrays.cost[d.kind]
     return float(sum(cost[graph.arrays.index[u]] for u in nodes)) / d.speed
-
-
-def _compute_seconds(graph: Graph, cluster: Cluster, ins: list) -> float:
-    return sum(_seconds(graph, cluster, (x.node,), x.device) for x in ins if isinstance(x, Compute))
 
 
 def _make_room(graph: Graph, cluster: Cluster, pool: list, tags: list, allowance: float,
@@ -341,7 +335,9 @@ def keep_instead_of_recompute(graph: Graph, cluster: Cluster, schedule: Schedule
             trial, trial_tags = _keep(graph, ins, tags, f, c)
             r = simulate(graph, cluster, Schedule(tuple(trial)))
             if not r.valid and make_room and r.violation.code == "over-budget":
-                saved = _compute_seconds(graph, cluster, ins) - _compute_seconds(graph, cluster, trial)
+                kept = set(trial_tags)
+                saved = sum(_seconds(graph, cluster, (x.node,), x.device) for t, x in zip(tags, ins, strict=True)
+                            if t not in kept and isinstance(x, Compute))
                 trial_tags, r = _make_room(graph, cluster, pool, trial_tags, saved, deadline)
             if r.valid and r.makespan < best.makespan:
                 tags, best = trial_tags, r
