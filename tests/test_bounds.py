@@ -6,6 +6,7 @@ forced."""
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -318,3 +319,105 @@ def test_every_solver_schedule_takes_at_least_the_bound(g, frac):
         except InfeasibleError:
             continue
         assert r.valid and r.makespan >= floor * (1 - 1e-9), name
+
+
+def _needed_with_inputs(spec) -> list[int]:
+    needed = bounds._needed(spec)
+    return [v for v in range(spec.n) if needed[v] and spec.in_ptr[v + 1] > spec.in_ptr[v]]
+
+
+def test_the_orders_of_moments_prove_what_no_chain_of_them_does(monkeypatch):
+    # 7 operations at 1010 bytes: the single moments and their chains prove 25 s of the 31 s every schedule takes;
+    # taken in every order the moments neither of which is above the other prove all 31
+    g = small_dag(7, 217, ws=True)
+    spec = make_spec(g, one_gpu(1010), swap=False)
+    assert optimum(g, 1010) == pytest.approx(31.0)
+    plain = lower_bounds(spec, target=31.0)
+    assert plain["floor"] == pytest.approx(25.0)
+    monkeypatch.setattr(bounds, "_ORDER_NEAR", 1.0)     # tried however far the bound falls short
+    ordered = lower_bounds(spec, target=40.0, moments=_needed_with_inputs(spec), order_seconds=30)
+    assert ordered["floor"] == pytest.approx(31.0)
+    at = ordered["at"]
+    reach = {x: bounds._reach(spec.in_ptr, spec.in_idx, x, spec.n) for x in at}
+    assert any(not reach[y][x] for x, y in itertools.pairwise(at)), "the weakest order is no chain of ancestors"
+    # with the target in reach it stops there, and without time or moments nothing changes
+    assert lower_bounds(spec, target=28.0, moments=_needed_with_inputs(spec), order_seconds=30)["floor"] \
+        == pytest.approx(28.0, rel=1e-6)
+    assert lower_bounds(spec, target=40.0, moments=_needed_with_inputs(spec))["floor"] == pytest.approx(25.0)
+    assert lower_bounds(spec, target=40.0, order_seconds=30)["floor"] == pytest.approx(25.0)
+    # not tried where the bound is further than _ORDER_NEAR below the target
+    monkeypatch.setattr(bounds, "_ORDER_NEAR", 0.02)
+    assert lower_bounds(spec, target=31.0, moments=_needed_with_inputs(spec), order_seconds=30)["floor"] \
+        == pytest.approx(25.0)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=random_dags(min_nodes=2, max_nodes=7, max_bytes=400, zero_costs=False), frac=st.floats(0.0, 0.6),
+       data=st.data())
+def test_the_orders_of_moments_never_exceed_the_exhaustive_optimum(g, frac, data):
+    need = largest_operation(g)[1]
+    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
+    budget = int(need + frac * max(total - need, 0))
+    found = exhaustive(g, budget)
+    assume(found is not None)
+    spec = make_spec(g, one_gpu(budget), swap=False)
+    moments = data.draw(st.permutations(_needed_with_inputs(spec)))
+    target = found[0] * data.draw(st.sampled_from([1.0, 10.0]))     # stopping at the optimum, or searching on
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(bounds, "_ORDER_NEAR", 1.0)
+        b = lower_bounds(spec, target=target, moments=moments, order_seconds=10)
+    assert b["floor"] <= found[0] * (1 + 1e-6) + 1e-12
+    event("orders raised the bound" if b["at"] is not None and len(b["at"]) > 1 else "not raised")
+
+
+def test_the_orders_of_every_moment_never_exceed_the_exhaustive_optimum_on_small_dags(monkeypatch):
+    # every operation a moment, searched until they run out: each order's programme is tried, and the least over
+    # them holds (an order no schedule follows, a row it breaks: 6 operations, seed 6 at 710 bytes once said 200 s
+    # of 20)
+    monkeypatch.setattr(bounds, "_ORDER_NEAR", 1.0)
+    raised = 0
+    for n, seed in itertools.product((6, 7, 8), range(40)):
+        g = small_dag(n, seed, ws=True)
+        need = largest_operation(g)[1]
+        total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
+        for k in range(1, 6):
+            budget = need + (total - need) * k // 10
+            found = exhaustive(g, budget)
+            if found is None:
+                continue
+            spec = make_spec(g, one_gpu(budget), swap=False)
+            b = lower_bounds(spec, target=10 * found[0], moments=_needed_with_inputs(spec), order_seconds=10)
+            assert b["floor"] <= found[0] * (1 + 1e-9) + 1e-12, (n, seed, budget)
+            raised += b["floor"] > lower_bounds(spec)["floor"] * (1 + 1e-9)
+    assert raised       # the orders do raise the bound on some of them (8 operations, seed 3 at 980 bytes)
+
+
+def test_the_moments_to_order_are_first_computed_where_a_value_came_back_a_third_time():
+    # a is computed three times; between its second free and its third computation, d is computed first, below a
+    # and reading b, computed twice: the one moment worth ordering. c, first computed after a's first free, is not
+    nodes = (Node("x", "data", "input", (), {"cuda": 0.0}, 1, recomputable=False),
+             op("a", "forward", ("x",), 1.0), op("b", "forward", ("a",), 1.0), op("c", "forward", ("b",), 1.0),
+             op("d", "backward", ("c", "b"), 1.0), op("e", "backward", ("d", "a"), 1.0, 1, True))
+    g = check_graph(Graph(nodes, name="thrice"))
+    C, F = (lambda v: Compute(v, "gpu0")), (lambda v: Free(v, "gpu0"))
+    ins = (C("x"), C("a"), C("b"), F("a"), C("c"), F("b"), C("a"), C("b"), F("a"), C("d"), C("a"), C("e"))
+    twice = ins[:8] + (C("d"), C("e"))
+    for s in (ins, twice):
+        assert simulate(g, one_gpu(100), Schedule(s)).valid
+    spec = make_spec(g, one_gpu(100), swap=False)
+    assert [g.arrays.ids[v] for v in bounds.order_moments(spec, g.arrays.ids, ins)] == ["d"]
+    assert bounds.order_moments(spec, g.arrays.ids, twice) == []
+
+
+def test_a_cutoff_proves_only_whether_the_optimum_reaches_it():
+    import numpy as np
+
+    # min x0 + x1 over binaries with x0 + x1 >= 1.5: the optimum is 2
+    problem = (np.ones(2), np.zeros(2), np.ones(2), np.array([1.5]), np.array([np.inf]), np.array([0, 2]),
+               np.array([0, 1]), np.ones(2))
+    assert bounds._solve(problem, True, 5.0) == pytest.approx(2.0)
+    assert bounds._solve(problem, True, 5.0, cutoff=1.0) == pytest.approx(1.0)
+    assert bounds._solve(problem, True, 5.0, cutoff=3.0) == pytest.approx(2.0)
+    infeasible = (*problem[:3], np.array([2.5]), *problem[4:])
+    assert bounds._solve(infeasible, True, 5.0) == np.inf
+    assert bounds._solve(infeasible, True, 5.0, cutoff=3.0) == pytest.approx(3.0)

@@ -32,6 +32,15 @@ branch and bound closes slowly.
   again later, where the single moment charged only the first (bert at 40% of its keep-everything memory: 1.36x ->
   1.47x of keep-everything's time). Each moment's own bound is a row of it (every schedule recomputes at least
   that much after the moment), so its LP starts at the best single one.
+- ordered moments (same setting): the same programme holds for moments in any order consistent with ancestry,
+  over the schedules that first compute them in that order (before x_j: the ancestors of x_1..x_j and the
+  earlier moments; after it: the later moments and their descendants). Moments neither of which is above the
+  other come in some order in every schedule, so the least bound over their orders holds for all (`_orders`, a
+  branch and bound over the orders, each a programme with HiGHS cutting off at the target). A moment's own
+  bound stays a row only where no later moment lies beside it, whose descendants its own bound may have counted.
+  Where GPT-2's GELU backward reads the activations the moment plan recomputes, whichever of its operations comes
+  first holds more than the single moment allowed (GPT-2 at 35% of its keep-everything memory: 1.2973x ->
+  1.2980x of keep-everything's time, in 18 s over 5 orders of 3 operations).
 
 Only operations that some required result depends on count: a schedule need not compute the others.
 
@@ -51,6 +60,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..graph import needed_mask
+from ..schedule import Compute, Free
 from .milp_model import TIME_SCALE, ModelSpec
 
 _CANDIDATES = 24    # operations x tried with the LP (where keep-everything holds the most bytes)
@@ -58,14 +68,18 @@ _INTEGER = 4        # of those, the best few solved as integer programmes (their
 _SECONDS = 2.0      # at most, for the single-moment recompute bound
 _MOMENTS = 16       # at most, in the coupled bound's chain
 _COUPLED = 3.0      # seconds at most for the coupled bound
+_ORDER_NEAR = 0.02  # the orders of moments are tried where the bound is this close to the target (relative)
 
 
-def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | None = None) -> dict:
+def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | None = None, moments=(),
+                 order_seconds: float = 0.0) -> dict:
     """{"chain", "work", "recompute", "at", "floor"}: seconds every schedule of the graph on the model's devices
     needs (see the module docstring); recompute is None where it does not apply and infinite where no schedule
-    fits, `at` the indices of the operations it came from (one, or the coupled bound's moments; None when no
-    recomputation is forced), floor the largest.
-    `target` (seconds): the coupled bound is not tried when the single moments already reach it."""
+    fits, `at` the indices of the operations it came from (one, or the coupled bound's moments in the order of
+    the weakest; None when no recomputation is forced), floor the largest.
+    `target` (seconds): the coupled bound is not tried when the single moments already reach it. Where the bound
+    falls short of it by less than _ORDER_NEAR, the coupled programme over the moments in every order (`_orders`)
+    takes `moments` (operation indices, most promising first: `order_moments`) for up to `order_seconds`."""
     needed = _needed(spec)
     runnable = ~np.isnan(spec.ccost)
     cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
@@ -83,7 +97,7 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     d = _sole_device(spec, needed)
     if d is not None:
         reach = None if target is None else target * TIME_SCALE - float(cheapest.sum())
-        extra, out["at"] = _recompute(spec, d, needed, seconds, reach)
+        extra, out["at"] = _recompute(spec, d, needed, seconds, reach, float(cheapest.sum()), moments, order_seconds)
         out["recompute"] = (float(cheapest.sum()) + extra) / TIME_SCALE
     out["floor"] = max(v for k, v in out.items() if k in ("chain", "work", "recompute") and v is not None)
     return out
@@ -163,6 +177,32 @@ def moment_plans(spec: ModelSpec, count: int = _INTEGER,
     return out, (float(np.nan_to_num(spec.ccost[d, needed]).sum()) + extra) / TIME_SCALE
 
 
+def order_moments(spec: ModelSpec, ids, instructions) -> list[int]:
+    """Operations worth ordering (`lower_bounds`' `moments`), from a schedule on the sole device: where it computes
+    a value a third time or more, it dropped the value again because memory was short in between, so the
+    operations first computed between that drop and the next computation which read the value (through others)
+    and read a value computed again are where the bound's moment plan overflows too (GPT-2 at 35% of its
+    keep-everything memory: the GELU backward of each layer, whose operations no ancestry orders). In the
+    schedule's order, each once, those nothing reads last."""
+    index = {v: i for i, v in enumerate(ids)}
+    first = []                  # per instruction: the operation it first computes, or -1
+    count, freed, out = np.zeros(spec.n, dtype=np.int64), {}, []
+    for q, ins in enumerate(instructions):
+        v = index[ins.node] if isinstance(ins, (Compute, Free)) else -1
+        first.append(v if isinstance(ins, Compute) and not count[v] else -1)
+        if isinstance(ins, Free):
+            freed[v] = q
+        elif isinstance(ins, Compute):
+            count[v] += 1
+            if count[v] >= 3 and v in freed:
+                desc = _reach(spec.out_ptr, spec.out_idx, v, spec.n)
+                out.extend(w for w in first[freed[v]:q] if w >= 0 and desc[w] and w not in out
+                           and (count[spec.in_idx[spec.in_ptr[w]:spec.in_ptr[w + 1]]] > 1).any())
+    # operations nothing reads (weight gradients) last: they come in no order with the rest, so they multiply the
+    # orders without raising the bound (GPT-2 at 35%, `mm_4` first: 3 programmes, 15 s, no gain)
+    return sorted(out, key=lambda w: spec.out_ptr[w + 1] == spec.out_ptr[w])
+
+
 def _ranked(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, seconds: float) -> tuple[list, dict]:
     """([(LP value, x, `_at`'s (programme, columns))] over the candidate moments, largest first; {x: x's
     ancestors}), the candidates taken in turn for about half of `seconds`."""
@@ -230,10 +270,12 @@ def _candidates(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> np.ndar
     return order[best[:_CANDIDATES]]
 
 
-def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float,
-               reach: float | None) -> tuple[float, tuple[int, ...] | None]:
+def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reach: float | None, work: float = 0.0,
+               moments=(), order_seconds: float = 0.0) -> tuple[float, tuple[int, ...] | None]:
     """(model time every schedule spends recomputing, at least; the moments it was found at), or (0, None).
-    `reach`: the coupled bound is skipped when a single moment gets there (model time)."""
+    `reach`: the coupled bound is skipped when a single moment gets there, and the orders (`_orders`, over
+    `moments` for `order_seconds`) tried only when the bound plus `work` is within _ORDER_NEAR of it plus `work`
+    (model time)."""
     t0 = time.perf_counter()
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
     lp, anc = _ranked(spec, d, needed, dst, seconds)
@@ -252,7 +294,46 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float,
             val = _solve(_coupled(spec, d, chain, needed, dst, anc, single)[0], True, _COUPLED)
             if val > best * (1 + 1e-9):
                 best, at = val, tuple(chain)
+    if (len(moments) and order_seconds > 0 and reach is not None and 0 < best < reach
+            and work + best >= (1 - _ORDER_NEAR) * (work + reach)):
+        # a hair above the target, so that reaching it proves a gap measured against it despite rounding
+        best, at = _orders(spec, d, needed, dst, anc, single, (best, at), moments, reach + 1e-7 * (work + reach),
+                           order_seconds)
     return best, at
+
+
+def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
+            start: tuple[float, tuple[int, ...]], moments, reach: float | None,
+            seconds: float) -> tuple[float, tuple[int, ...]]:
+    """(model time every schedule recomputes, at least; the moments of the order it was found at) from the coupled
+    programme over moments taken in every order: the first computations of operations neither of which is an
+    ancestor of the other come in one order or the other in each schedule, so the least of the programmes over
+    the orders bounds them all. Branch and bound over the orders: the weakest order so far (`start`, the moments
+    in order, and its bound) takes the next of `moments` (most promising first) at each place its ancestors and
+    descendants leave, one programme each; the least bound over the orders is the bound. It stops when that
+    reaches `reach`, the moments run out, or `seconds` pass. Each order's bound is at least its parent's (it
+    restricts the same schedules)."""
+    t0 = time.perf_counter()
+    for y in moments:
+        if y not in anc:
+            anc[y] = _reach(spec.in_ptr, spec.in_idx, y, spec.n)
+    leaves = [start]
+    while True:
+        val, seq = min(leaves)
+        left = seconds - (time.perf_counter() - t0)
+        y = next((m for m in moments if m not in seq), None)
+        if y is None or left <= 0 or (reach is not None and val >= reach) or not np.isfinite(val):
+            return val, seq
+        lo = max((i + 1 for i, x in enumerate(seq) if anc[y][x]), default=0)
+        hi = min((i for i, x in enumerate(seq) if anc[x][y]), default=len(seq))
+        kids = []
+        for p in range(lo, hi + 1):
+            order = seq[:p] + (y,) + seq[p:]
+            share = seconds - (time.perf_counter() - t0)   # all of it: the bound needs every order to reach
+            bound = _solve(_coupled(spec, d, list(order), needed, dst, anc, single)[0], True, share, cutoff=reach)
+            kids.append((max(bound, val), order))
+        leaves.remove((val, seq))
+        leaves.extend(kids)
 
 
 def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
@@ -308,16 +389,28 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
     where known. `free` False leaves the free operations out (a weaker programme, several times faster to
     prove infeasible)."""
     n, k, src = spec.n, len(chain), spec.in_idx
-    # pre[j, v]: 1 v is computed before x_j in every order, -1 either way (a column p_j[v]), 0 neither (after it,
-    # x_j itself, or no schedule needs it); after[j, v]: v is a descendant of x_j that some schedule needs
+    # pre[j, v]: 1 v is computed before x_j in every schedule of the chain's order (an ancestor of x_j, or an
+    # earlier moment or its ancestor), -1 either way (a column p_j[v]), 0 neither (after it, x_j itself, or no
+    # schedule needs it); after[j, v]: v is computed after x_j (a later moment or a descendant of one) and some
+    # schedule needs it
     pre = np.zeros((k, n), dtype=np.int8)
     after = np.zeros((k, n), dtype=bool)
+    below = np.zeros(n, dtype=bool)
     for j, x in enumerate(chain):
-        after[j] = needed & _reach(spec.out_ptr, spec.out_idx, x, n)
+        below |= anc[x]
+        pre[j, below] = 1
+        below[x] = True
+    above = np.zeros(n, dtype=bool)
+    own = np.ones(k, dtype=bool)        # own[j]: every later moment, and what it computes, lies below x_j
+    for j in range(k - 1, -1, -1):
+        desc = _reach(spec.out_ptr, spec.out_idx, chain[j], n)
+        own[j] = not (above & ~desc).any()
+        above |= desc
+        after[j] = needed & above
+        above[chain[j]] = True
         if free:
-            pre[j, needed & ~anc[x] & ~after[j]] = -1
-            pre[j, x] = 0
-        pre[j, anc[x]] = 1
+            pre[j, needed & (pre[j] == 0) & ~after[j]] = -1
+            pre[j, chain[j]] = 0
     V = [np.flatnonzero(p != 0) for p in pre]           # per moment: the operations with columns s, r
     F = [np.flatnonzero(p == -1) for p in pre]          # and the free ones among them, with a column p
     S, R, P = (np.full((k, n), -1, dtype=np.int64) for _ in range(3))
@@ -400,8 +493,9 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
             add(rid, R[j, w], 1.0)
             add(rid, S[j + 1, w], -1.0)
             add(rid[fr], P[j, w[fr]], -1.0)
-        # every schedule recomputes at least x_j's own bound after it
-        if single.get(x, 0.0) > 0:
+        # every schedule recomputes at least x_j's own bound after it, counted over x_j's columns: only where no
+        # later moment takes some of them (an operation beside x_j below a later moment, computed again after it)
+        if single.get(x, 0.0) > 0 and own[j]:
             cs = R[j:, v].ravel()
             cs = cs[cs >= 0]
             add(np.repeat(new_rows(1, single[x], np.inf), cs.size), cs, cost[cs])
@@ -411,10 +505,12 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
     return (cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]), R
 
 
-def _solve(problem, integer: bool, seconds: float, point: bool = False):
+def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: float | None = None):
     """The LP optimum, or the integer programme's dual bound after at most `seconds`; infinite when the programme
     has no point (no schedule fits), 0 when nothing else came of it. `point`: (that value, the best point found or
-    None)."""
+    None). `cutoff`: only whether the optimum reaches it matters, so HiGHS prunes every node whose bound does
+    (and looks for no points): the value is then at most `cutoff`, and `cutoff` where no point lies below (the
+    3-moment programme of GPT-2 at 35% of its keep-everything memory: 4.7 s, not 10 s)."""
     import highspy
 
     from .milp import run_highs  # releases HiGHS's thread pool for the solves after this one
@@ -427,9 +523,19 @@ def _solve(problem, integer: bool, seconds: float, point: bool = False):
     h.passModel(ncol, row_lo.size, int(idx.size), 2, 1, 0.0, cost, lb, ub, row_lo, row_hi,
                 start.astype(np.int32), idx.astype(np.int32), val,
                 np.full(ncol, 1 if integer else 0, dtype=np.int32))
+    if cutoff is not None and integer:
+        h.setOptionValue("objective_bound", float(cutoff))
+        h.setOptionValue("mip_heuristic_effort", 0.0)
+        h.setOptionValue("mip_pscost_minreliable", 0)
     run_highs(h)
     st = h.getModelStatus()
     info = h.getInfo()
+    if cutoff is not None and integer:
+        done = st in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kOptimal)
+        value = cutoff if done else min(float(info.mip_dual_bound), cutoff)
+        if done and info.primal_solution_status >= 1:
+            value = min(value, float(info.objective_function_value))
+        return max(value, 0.0)
     if st == highspy.HighsModelStatus.kInfeasible:
         value = np.inf      # no point of the relaxation, so no schedule (each would give one)
     elif integer:
