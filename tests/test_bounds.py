@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
@@ -335,19 +336,19 @@ def test_the_orders_of_moments_prove_what_no_chain_of_them_does(monkeypatch):
     plain = lower_bounds(spec, target=31.0)
     assert plain["floor"] == pytest.approx(25.0)
     monkeypatch.setattr(bounds, "_ORDER_NEAR", 1.0)     # tried however far the bound falls short
-    ordered = lower_bounds(spec, target=40.0, moments=_needed_with_inputs(spec), order_seconds=30)
+    ordered = lower_bounds(spec, target=40.0, moments=lambda: _needed_with_inputs(spec), order_seconds=30)
     assert ordered["floor"] == pytest.approx(31.0)
     at = ordered["at"]
     reach = {x: bounds._reach(spec.in_ptr, spec.in_idx, x, spec.n) for x in at}
     assert any(not reach[y][x] for x, y in itertools.pairwise(at)), "the weakest order is no chain of ancestors"
     # with the target in reach it stops there, and without time or moments nothing changes
-    assert lower_bounds(spec, target=28.0, moments=_needed_with_inputs(spec), order_seconds=30)["floor"] \
+    assert lower_bounds(spec, target=28.0, moments=lambda: _needed_with_inputs(spec), order_seconds=30)["floor"] \
         == pytest.approx(28.0, rel=1e-6)
-    assert lower_bounds(spec, target=40.0, moments=_needed_with_inputs(spec))["floor"] == pytest.approx(25.0)
+    assert lower_bounds(spec, target=40.0, moments=lambda: _needed_with_inputs(spec))["floor"] == pytest.approx(25.0)
     assert lower_bounds(spec, target=40.0, order_seconds=30)["floor"] == pytest.approx(25.0)
     # not tried where the bound is further than _ORDER_NEAR below the target
     monkeypatch.setattr(bounds, "_ORDER_NEAR", 0.02)
-    assert lower_bounds(spec, target=31.0, moments=_needed_with_inputs(spec), order_seconds=30)["floor"] \
+    assert lower_bounds(spec, target=31.0, moments=lambda: _needed_with_inputs(spec), order_seconds=30)["floor"] \
         == pytest.approx(25.0)
 
 
@@ -365,7 +366,7 @@ def test_the_orders_of_moments_never_exceed_the_exhaustive_optimum(g, frac, data
     target = found[0] * data.draw(st.sampled_from([1.0, 10.0]))     # stopping at the optimum, or searching on
     with pytest.MonkeyPatch.context() as m:
         m.setattr(bounds, "_ORDER_NEAR", 1.0)
-        b = lower_bounds(spec, target=target, moments=moments, order_seconds=10)
+        b = lower_bounds(spec, target=target, moments=lambda: moments, order_seconds=10)
     assert b["floor"] <= found[0] * (1 + 1e-6) + 1e-12
     event("orders raised the bound" if b["at"] is not None and len(b["at"]) > 1 else "not raised")
 
@@ -386,7 +387,7 @@ def test_the_orders_of_every_moment_never_exceed_the_exhaustive_optimum_on_small
             if found is None:
                 continue
             spec = make_spec(g, one_gpu(budget), swap=False)
-            b = lower_bounds(spec, target=10 * found[0], moments=_needed_with_inputs(spec), order_seconds=10)
+            b = lower_bounds(spec, target=10 * found[0], moments=partial(_needed_with_inputs, spec), order_seconds=10)
             assert b["floor"] <= found[0] * (1 + 1e-9) + 1e-12, (n, seed, budget)
             raised += b["floor"] > lower_bounds(spec)["floor"] * (1 + 1e-9)
     assert raised       # the orders do raise the bound on some of them (8 operations, seed 3 at 980 bytes)

@@ -54,8 +54,12 @@ longer, and in the same two seconds the bisection stopped at 24.5% on GPT-2.
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -71,15 +75,16 @@ _COUPLED = 3.0      # seconds at most for the coupled bound
 _ORDER_NEAR = 0.02  # the orders of moments are tried where the bound is this close to the target (relative)
 
 
-def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | None = None, moments=(),
-                 order_seconds: float = 0.0) -> dict:
+def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | None = None,
+                 moments: Callable[[], Sequence[int]] | None = None, order_seconds: float = 0.0) -> dict:
     """{"chain", "work", "recompute", "at", "floor"}: seconds every schedule of the graph on the model's devices
     needs (see the module docstring); recompute is None where it does not apply and infinite where no schedule
     fits, `at` the indices of the operations it came from (one, or the coupled bound's moments in the order of
     the weakest; None when no recomputation is forced), floor the largest.
     `target` (seconds): the coupled bound is not tried when the single moments already reach it. Where the bound
     falls short of it by less than _ORDER_NEAR, the coupled programme over the moments in every order (`_orders`)
-    takes `moments` (operation indices, most promising first: `order_moments`) for up to `order_seconds`."""
+    takes `moments()` (operation indices, most promising first: `order_moments`; called only then) for up to
+    `order_seconds`."""
     needed = _needed(spec)
     runnable = ~np.isnan(spec.ccost)
     cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
@@ -271,7 +276,7 @@ def _candidates(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> np.ndar
 
 
 def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reach: float | None, work: float = 0.0,
-               moments=(), order_seconds: float = 0.0) -> tuple[float, tuple[int, ...] | None]:
+               moments=None, order_seconds: float = 0.0) -> tuple[float, tuple[int, ...] | None]:
     """(model time every schedule spends recomputing, at least; the moments it was found at), or (0, None).
     `reach`: the coupled bound is skipped when a single moment gets there, and the orders (`_orders`, over
     `moments` for `order_seconds`) tried only when the bound plus `work` is within _ORDER_NEAR of it plus `work`
@@ -294,11 +299,11 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
             val = _solve(_coupled(spec, d, chain, needed, dst, anc, single)[0], True, _COUPLED)
             if val > best * (1 + 1e-9):
                 best, at = val, tuple(chain)
-    if (len(moments) and order_seconds > 0 and reach is not None and 0 < best < reach
+    if (moments is not None and order_seconds > 0 and reach is not None and 0 < best < reach
             and work + best >= (1 - _ORDER_NEAR) * (work + reach)):
         # a hair above the target, so that reaching it proves a gap measured against it despite rounding
-        best, at = _orders(spec, d, needed, dst, anc, single, (best, at), moments, reach + 1e-7 * (work + reach),
-                           order_seconds)
+        best, at = _orders(spec, d, needed, dst, anc, single, (best, at), list(moments()),
+                           reach + 1e-7 * (work + reach), order_seconds)
     return best, at
 
 
@@ -310,7 +315,8 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
     ancestor of the other come in one order or the other in each schedule, so the least of the programmes over
     the orders bounds them all. Branch and bound over the orders: the weakest order so far (`start`, the moments
     in order, and its bound) takes the next of `moments` (most promising first) at each place its ancestors and
-    descendants leave, one programme each; the least bound over the orders is the bound. It stops when that
+    descendants leave, one programme each (side by side, a core each); the least bound over the orders is the
+    bound. It stops when that
     reaches `reach`, the moments run out, or `seconds` pass. Each order's bound is at least its parent's (it
     restricts the same schedules)."""
     t0 = time.perf_counter()
@@ -326,14 +332,13 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
             return val, seq
         lo = max((i + 1 for i, x in enumerate(seq) if anc[y][x]), default=0)
         hi = min((i for i, x in enumerate(seq) if anc[x][y]), default=len(seq))
-        kids = []
-        for p in range(lo, hi + 1):
-            order = seq[:p] + (y,) + seq[p:]
-            share = seconds - (time.perf_counter() - t0)   # all of it: the bound needs every order to reach
-            bound = _solve(_coupled(spec, d, list(order), needed, dst, anc, single)[0], True, share, cutoff=reach)
-            kids.append((max(bound, val), order))
+        orders = [seq[:p] + (y,) + seq[p:] for p in range(lo, hi + 1)]
+        problems = [_coupled(spec, d, list(o), needed, dst, anc, single)[0] for o in orders]
+        left = seconds - (time.perf_counter() - t0)     # all of it, each: the bound needs every order to reach
+        with ThreadPoolExecutor(min(len(orders), os.cpu_count() or 1)) as pool:     # HiGHS frees the GIL
+            found = list(pool.map(partial(_solve, integer=True, seconds=left, cutoff=reach), problems))
         leaves.remove((val, seq))
-        leaves.extend(kids)
+        leaves.extend((max(b, val), o) for b, o in zip(found, orders, strict=True))
 
 
 def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
@@ -531,8 +536,10 @@ def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: 
     st = h.getModelStatus()
     info = h.getInfo()
     if cutoff is not None and integer:
-        done = st in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kOptimal)
-        value = cutoff if done else min(float(info.mip_dual_bound), cutoff)
+        MS = highspy.HighsModelStatus
+        done = st in (MS.kInfeasible, MS.kOptimal, MS.kObjectiveBound)
+        value = float(info.mip_dual_bound) if abs(info.mip_dual_bound) < 1e30 else 0.0
+        value = cutoff if done else min(value, cutoff)
         if done and info.primal_solution_status >= 1:
             value = min(value, float(info.objective_function_value))
         return max(value, 0.0)

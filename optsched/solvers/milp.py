@@ -431,9 +431,8 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0)
     (GPT-2 at 35% of its keep-everything memory: the bound 1.2973x -> 1.2980x of keep-everything's step time in
     18 s, proving the rounding's 1.3112x within 1%)."""
     valid = [(r.makespan, sched) for _, sched, r in base if r.valid]
-    moments = order_moments(spec, graph.arrays.ids, min(valid, key=lambda v: v[0])[1].instructions) \
-        if valid and target is not None else []
-    b = lower_bounds(spec, target=target, moments=moments, order_seconds=_ORDER_SHARE * left)
+    b = lower_bounds(spec, target=target, order_seconds=_ORDER_SHARE * left, moments=lambda: order_moments(
+        spec, graph.arrays.ids, min(valid, key=lambda v: v[0])[1].instructions) if valid else [])
     if np.isfinite(b["floor"]):
         return b
     valid = [name for name, _, r in base if r.valid]
