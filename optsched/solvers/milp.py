@@ -426,13 +426,12 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0)
     """`bounds.lower_bounds(spec, target=target)`; InfeasibleError, proven, where they show that no schedule fits
     (a relaxation of every schedule has no point). Where the bound falls just short of `target`, the orders of the
     moments where the fastest candidate computes a value a third time (`bounds.order_moments`) may take up to
-    _ORDER_SHARE of the `left` seconds: on the rows where that happens the stage model's branch and bound has
-    not finished its root in that time, and the schedule in hand is the bound's plan plus those recomputations
-    (GPT-2 at 35% of its keep-everything memory: the bound 1.2973x -> 1.2980x of keep-everything's step time in
-    18 s, proving the rounding's 1.3112x within 1%)."""
-    valid = [(r.makespan, sched) for _, sched, r in base if r.valid]
+    _ORDER_SHARE of the `left` seconds (GPT-2 at 35% of its keep-everything memory: the bound 1.2973x -> 1.2980x
+    of keep-everything's step time in about 20 s, which proves the rounding's 1.3112x within 1%, where the stage
+    model's branch and bound had not finished its root in 40 s)."""
+    fits = [(r.makespan, sched) for _, sched, r in base if r.valid]
     b = lower_bounds(spec, target=target, order_seconds=_ORDER_SHARE * left, moments=lambda: order_moments(
-        spec, graph.arrays.ids, min(valid, key=lambda v: v[0])[1].instructions) if valid else [])
+        spec, graph.arrays.ids, min(fits, key=lambda v: v[0])[1].instructions) if fits else [])
     if np.isfinite(b["floor"]):
         return b
     valid = [name for name, _, r in base if r.valid]
