@@ -426,9 +426,10 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0)
     """`bounds.lower_bounds(spec, target=target)`; InfeasibleError, proven, where they show that no schedule fits
     (a relaxation of every schedule has no point). Where the bound falls just short of `target`, the orders of the
     moments where the fastest candidate computes a value a third time (`bounds.order_moments`) may take up to
-    _ORDER_SHARE of the `left` seconds (GPT-2 at 35% of its keep-everything memory: the bound 1.2973x -> 1.2980x
-    of keep-everything's step time in about 20 s, which proves the rounding's 1.3112x within 1%, where the stage
-    model's branch and bound had not finished its root in 40 s)."""
+    _ORDER_SHARE of the `left` seconds, which the caller gives only for models of _ORDER_FROM_NNZ nonzeros or more
+    (GPT-2 at 35% of its keep-everything memory: the bound 1.2973x -> 1.2980x of keep-everything's step time in
+    about 15 s, which proves the rounding's 1.3112x within 1%, where the stage model's branch and bound had not
+    finished its root in 40 s)."""
     fits = [(r.makespan, sched) for _, sched, r in base if r.valid]
     b = lower_bounds(spec, target=target, order_seconds=_ORDER_SHARE * left, moments=lambda: order_moments(
         spec, graph.arrays.ids, min(fits, key=lambda v: v[0])[1].instructions) if fits else [])
@@ -518,7 +519,11 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
                                                     extra=extra), graph=graph.name)
 
 
-_ORDER_SHARE = 0.6      # of the time left after the candidates, at most, for the orders of moments (`_bounds`)
+_ORDER_SHARE = 0.6      # of the time left after the candidates, at most, for the orders of moments (`_bounds`),
+_ORDER_FROM_NNZ = 200_000   # on stage models this large, whose root LP alone takes HiGHS tens of seconds (GPT-2
+# at 35%: 352k nonzeros, no node in 40 s). Below, HiGHS closes such gaps itself, and the orders would only take its
+# time (a random 40-layer graph at 50% of its keep-everything memory, 92k nonzeros: 6 s of 15 found nothing, and
+# left HiGHS under a second).
 _POLISH_SHARE = 0.05    # of the time limit, kept from the solver for `_polished`
 _POLISH_MAX = 10.0      # seconds at most (a pass over the 3-layer GPT-2's schedule at 30%: 6 s on 2 cores)
 
@@ -732,7 +737,9 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
     known = [float(m.cost @ x) for m, x in ((model, x0), alt[:2] if alt else (None, None)) if x is not None]
     target = min(known) / TIME_SCALE * (1 - options.gap) if known else None
     until = t_start + options.time_limit
-    bounds = _bounds(graph, cluster, options, base, spec, target, until - _polish_time(options) - time.perf_counter())
+    big = model.index.size >= _ORDER_FROM_NNZ
+    bounds = _bounds(graph, cluster, options, base, spec, target,
+                     until - _polish_time(options) - time.perf_counter() if big else 0.0)
     stop = threading.Event()
     left = until - _polish_time(options) - time.perf_counter()
     if alt is None:
