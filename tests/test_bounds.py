@@ -422,3 +422,65 @@ def test_a_cutoff_proves_only_whether_the_optimum_reaches_it():
     infeasible = (*problem[:3], np.array([2.5]), *problem[4:])
     assert bounds._solve(infeasible, True, 5.0) == np.inf
     assert bounds._solve(infeasible, True, 5.0, cutoff=3.0) == pytest.approx(3.0)
+
+
+def test_a_ctrl_c_during_the_orders_ends_them_with_the_bound_so_far(monkeypatch):
+    # the orders' programmes (made to run until stopped) are running when Ctrl-C comes: it sets `stop`, they end
+    # at once, and the bound is what the moments proved before them
+    import _thread
+    import threading
+    import time
+
+    g = small_dag(7, 217, ws=True)
+    spec = make_spec(g, one_gpu(1010), swap=False)
+    started = threading.Event()
+    real = bounds._solve
+
+    def slow(problem, integer, seconds, point=False, cutoff=None, stop=None):
+        if cutoff is None:
+            return real(problem, integer, seconds, point)
+        started.set()
+        assert stop is not None and stop.wait(30)
+        return 0.0
+
+    def ctrl_c():
+        started.wait(30)
+        time.sleep(0.2)
+        _thread.interrupt_main()
+
+    monkeypatch.setattr(bounds, "_solve", slow)
+    monkeypatch.setattr(bounds, "_ORDER_NEAR", 1.0)
+    stop = threading.Event()
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    t0 = time.perf_counter()
+    b = lower_bounds(spec, target=40.0, moments=partial(_needed_with_inputs, spec), order_seconds=60, stop=stop)
+    assert started.is_set() and stop.is_set() and time.perf_counter() - t0 < 20
+    assert b["floor"] == pytest.approx(25.0)       # the single moments' and chains' bound (31 with the orders)
+
+
+def test_a_ctrl_c_during_the_orders_stops_the_milp_with_its_warm_start(monkeypatch):
+    # the MILP passes its stop event to the bounds: set there (a Ctrl-C during the orders), HiGHS does not run on,
+    # and the warm start comes back marked interrupted, valid
+    import importlib
+    import time
+
+    from optsched import generate
+
+    M = importlib.import_module("optsched.solvers.milp")
+    real, seen = M.lower_bounds, []
+
+    def interrupted(spec, *a, stop=None, **k):
+        out = real(spec, *a, stop=stop, **k)
+        if stop is not None:
+            seen.append(stop)
+            stop.set()
+        return out
+
+    monkeypatch.setattr(M, "lower_bounds", interrupted)
+    g = generate.random_training_graph(40, 3, window=2)
+    ke = simulate(g, one_gpu(10**15), solve(g, one_gpu(10**15), "keep-everything"))
+    cl = one_gpu(int(0.5 * ke.peak["gpu0"]))
+    t0 = time.perf_counter()
+    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=120, threads=2, params={"instage": False}))
+    assert seen and s.report.status == "interrupted" and simulate(g, cl, s).valid
+    assert time.perf_counter() - t0 < 60        # not the 120 s limit

@@ -55,6 +55,7 @@ longer, and in the same two seconds the bisection stopped at 24.5% on GPT-2.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -76,7 +77,8 @@ _ORDER_NEAR = 0.02  # the orders of moments are tried where the bound is this cl
 
 
 def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | None = None,
-                 moments: Callable[[], Sequence[int]] | None = None, order_seconds: float = 0.0) -> dict:
+                 moments: Callable[[], Sequence[int]] | None = None, order_seconds: float = 0.0,
+                 stop: threading.Event | None = None) -> dict:
     """{"chain", "work", "recompute", "at", "floor"}: seconds every schedule of the graph on the model's devices
     needs (see the module docstring); recompute is None where it does not apply and infinite where no schedule
     fits, `at` the indices of the operations it came from (one, or the coupled bound's moments in the order of
@@ -84,7 +86,7 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     `target` (seconds): the coupled bound is not tried when the single moments already reach it. Where the bound
     falls short of it by less than _ORDER_NEAR, the coupled programme over the moments in every order (`_orders`)
     takes `moments()` (operation indices, most promising first: `order_moments`; called only then) for up to
-    `order_seconds`."""
+    `order_seconds`; a Ctrl-C (or `stop` set) ends them with the bound so far, `stop` set."""
     needed = _needed(spec)
     runnable = ~np.isnan(spec.ccost)
     cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
@@ -102,7 +104,8 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     d = _sole_device(spec, needed)
     if d is not None:
         reach = None if target is None else target * TIME_SCALE - float(cheapest.sum())
-        extra, out["at"] = _recompute(spec, d, needed, seconds, reach, float(cheapest.sum()), moments, order_seconds)
+        extra, out["at"] = _recompute(spec, d, needed, seconds, reach, float(cheapest.sum()), moments, order_seconds,
+                                      stop)
         out["recompute"] = (float(cheapest.sum()) + extra) / TIME_SCALE
     out["floor"] = max(v for k, v in out.items() if k in ("chain", "work", "recompute") and v is not None)
     return out
@@ -279,7 +282,8 @@ def _candidates(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> np.ndar
 
 
 def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reach: float | None, work: float = 0.0,
-               moments=None, order_seconds: float = 0.0) -> tuple[float, tuple[int, ...] | None]:
+               moments=None, order_seconds: float = 0.0,
+               stop: threading.Event | None = None) -> tuple[float, tuple[int, ...] | None]:
     """(model time every schedule spends recomputing, at least; the moments it was found at), or (0, None).
     `reach`: the coupled bound is skipped when a single moment gets there, and the orders (`_orders`, over
     `moments` for `order_seconds`) tried only when the bound plus `work` is within _ORDER_NEAR of it plus `work`
@@ -306,21 +310,24 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
             and work + best >= (1 - _ORDER_NEAR) * (work + reach)):
         # a hair above the target, so that reaching it proves a gap measured against it despite rounding
         best, at = _orders(spec, d, needed, dst, anc, single, (best, at), list(moments()),
-                           reach + 1e-7 * (work + reach), order_seconds)
+                           reach + 1e-7 * (work + reach), order_seconds, stop or threading.Event())
     return best, at
 
 
 def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
-            start: tuple[float, tuple[int, ...]], moments, reach: float | None,
-            seconds: float) -> tuple[float, tuple[int, ...]]:
+            start: tuple[float, tuple[int, ...]], moments, reach: float | None, seconds: float,
+            stop: threading.Event) -> tuple[float, tuple[int, ...]]:
     """(model time every schedule recomputes, at least; the moments of the order it was found at) from the coupled
     programme over moments taken in every order: the first computations of operations neither of which is an
     ancestor of the other come in one order or the other in each schedule, so the least of the programmes over
     the orders bounds them all. Branch and bound over the orders: the weakest order so far (`start`, the moments
     in order, and its bound) takes the next of `moments` (most promising first) at each place its ancestors and
     descendants leave, one programme each (side by side, a core each); the least bound over the orders is the
-    bound. It stops when that reaches `reach`, the moments run out, or `seconds` pass. Each order's bound is at
-    least its parent's (it restricts the same schedules)."""
+    bound. It stops when that reaches `reach`, the moments run out, `seconds` pass, or `stop` is set (the first
+    Ctrl-C sets it; the programmes running stop at once). Each order's bound is at least its parent's (it restricts
+    the same schedules)."""
+    from .milp import _join  # waits for a worker: the first Ctrl-C sets `stop`, a second raises
+
     t0 = time.perf_counter()
     for y in moments:
         if y not in anc:
@@ -330,15 +337,19 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
         val, seq = min(leaves)
         left = seconds - (time.perf_counter() - t0)
         y = next((m for m in moments if m not in seq), None)
-        if y is None or left <= 0 or (reach is not None and val >= reach) or not np.isfinite(val):
+        if y is None or left <= 0 or (reach is not None and val >= reach) or not np.isfinite(val) or stop.is_set():
             return val, seq
         lo = max((i + 1 for i, x in enumerate(seq) if anc[y][x]), default=0)
         hi = min((i for i, x in enumerate(seq) if anc[x][y]), default=len(seq))
         orders = [seq[:p] + (y,) + seq[p:] for p in range(lo, hi + 1)]
         problems = [_coupled(spec, d, list(o), needed, dst, anc, single)[0] for o in orders]
         left = seconds - (time.perf_counter() - t0)     # all of it, each: the bound needs every order to reach
+        found: list[float] = []
         with ThreadPoolExecutor(min(len(orders), os.cpu_count() or 1)) as pool:     # HiGHS frees the GIL
-            found = list(pool.map(partial(_solve, integer=True, seconds=left, cutoff=reach), problems))
+            solve = partial(_solve, integer=True, seconds=left, cutoff=reach, stop=stop)
+            runs = threading.Thread(target=found.extend, args=(pool.map(solve, problems),), daemon=True)
+            runs.start()
+            _join(runs, stop)
         leaves.remove((val, seq))
         leaves.extend((max(b, val), o) for b, o in zip(found, orders, strict=True))
 
@@ -512,12 +523,14 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
     return (cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]), R
 
 
-def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: float | None = None):
+def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: float | None = None,
+           stop: threading.Event | None = None):
     """The LP optimum, or the integer programme's dual bound after at most `seconds`; infinite when the programme
     has no point (no schedule fits), 0 when nothing else came of it. `point`: (that value, the best point found or
     None). `cutoff`: only whether the optimum reaches it matters, so HiGHS prunes every node whose bound does
     (and looks for no points): the value is then at most `cutoff`, and `cutoff` where no point lies below (the
-    3-moment programme of GPT-2 at 35% of its keep-everything memory: 4.7 s, not 10 s)."""
+    3-moment programme of GPT-2 at 35% of its keep-everything memory: 4.7 s, not 10 s). `stop` set: HiGHS stops
+    at its next check, with the dual bound so far."""
     import highspy
 
     from .milp import run_highs  # releases HiGHS's thread pool for the solves after this one
@@ -530,6 +543,13 @@ def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: 
     h.passModel(ncol, row_lo.size, int(idx.size), 2, 1, 0.0, cost, lb, ub, row_lo, row_hi,
                 start.astype(np.int32), idx.astype(np.int32), val,
                 np.full(ncol, 1 if integer else 0, dtype=np.int32))
+    if stop is not None:
+        def poll(e):
+            if stop.is_set():
+                e.interrupt()
+
+        for cb in (h.cbSimplexInterrupt, h.cbMipInterrupt):
+            cb.subscribe(poll)
     if cutoff is not None and integer:
         h.setOptionValue("objective_bound", float(cutoff))
         h.setOptionValue("mip_heuristic_effort", 0.0)

@@ -422,16 +422,17 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
     raise InfeasibleError(msg, hint=hint, proven=proven, restricted=restricted)
 
 
-def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0) -> dict:
+def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
+            stop: threading.Event | None = None) -> dict:
     """`bounds.lower_bounds(spec, target=target)`; InfeasibleError, proven, where they show that no schedule fits
     (a relaxation of every schedule has no point). Where the bound falls just short of `target`, the orders of the
     moments where the fastest candidate computes a value a third time (`bounds.order_moments`) may take up to
     _ORDER_SHARE of the `left` seconds, which the caller gives only for models of _ORDER_FROM_NNZ nonzeros or more
     (GPT-2 at 35% of its keep-everything memory: the bound 1.2973x -> 1.2980x of keep-everything's step time in
     about 15 s, which proves the rounding's 1.3112x within 1%, where the stage model's branch and bound had not
-    finished its root in 40 s)."""
+    finished its root in 40 s). A Ctrl-C during them sets `stop` and ends them with the bound so far."""
     fits = [(r.makespan, sched) for _, sched, r in base if r.valid]
-    b = lower_bounds(spec, target=target, order_seconds=_ORDER_SHARE * left, moments=lambda: order_moments(
+    b = lower_bounds(spec, target=target, order_seconds=_ORDER_SHARE * left, stop=stop, moments=lambda: order_moments(
         spec, graph.arrays.ids, min(fits, key=lambda v: v[0])[1].instructions) if fits else [])
     if np.isfinite(b["floor"]):
         return b
@@ -738,9 +739,9 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
     target = min(known) / TIME_SCALE * (1 - options.gap) if known else None
     until = t_start + options.time_limit
     big = model.index.size >= _ORDER_FROM_NNZ
+    stop = threading.Event()        # Ctrl-C: set here, or by the orders of moments (then HiGHS stops at once)
     bounds = _bounds(graph, cluster, options, base, spec, target,
-                     until - _polish_time(options) - time.perf_counter() if big else 0.0)
-    stop = threading.Event()
+                     until - _polish_time(options) - time.perf_counter() if big else 0.0, stop)
     left = until - _polish_time(options) - time.perf_counter()
     if alt is None:
         run = _highs_run(model, x0, options, left, stop, floor=bounds["floor"])
@@ -1124,7 +1125,9 @@ def _join(worker: threading.Thread, stop: threading.Event, until: float = math.i
     `patient` False: the first Ctrl-C also ends the wait (False), for a worker that does not watch `stop`."""
     while worker.is_alive():
         try:
-            worker.join(0.05)
+            # not worker.join: a KeyboardInterrupt inside it marks a running thread stopped (CPython 3.11's
+            # Thread._wait_for_tstate_lock), and is_alive() is then False while the worker still runs
+            time.sleep(0.01)
         except KeyboardInterrupt:
             if stop.is_set():
                 raise
