@@ -58,9 +58,8 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
-from functools import partial
 
 import numpy as np
 
@@ -344,14 +343,13 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
         orders = [seq[:p] + (y,) + seq[p:] for p in range(lo, hi + 1)]
         problems = [_coupled(spec, d, list(o), needed, dst, anc, single)[0] for o in orders]
         left = seconds - (time.perf_counter() - t0)     # all of it, each: the bound needs every order to reach
-        found: list[float] = []
         with ThreadPoolExecutor(min(len(orders), os.cpu_count() or 1)) as pool:     # HiGHS frees the GIL
-            solve = partial(_solve, integer=True, seconds=left, cutoff=reach, stop=stop)
-            runs = threading.Thread(target=found.extend, args=(pool.map(solve, problems),), daemon=True)
-            runs.start()
-            _join(runs, stop)
+            runs = [pool.submit(_solve, p, True, left, cutoff=reach, stop=stop) for p in problems]
+            waiting = threading.Thread(target=wait, args=(runs,), daemon=True)
+            waiting.start()
+            _join(waiting, stop)
         leaves.remove((val, seq))
-        leaves.extend((max(b, val), o) for b, o in zip(found, orders, strict=True))
+        leaves.extend((max(r.result(), val), o) for r, o in zip(runs, orders, strict=True))
 
 
 def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
