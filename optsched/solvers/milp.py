@@ -431,14 +431,13 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
     (GPT-2 at 35% of its keep-everything memory: the bound 1.2973x -> 1.2980x of keep-everything's step time in
     about 15 s, which proves the rounding's 1.3112x within 1%, where the stage model's branch and bound had not
     finished its root in 40 s). A Ctrl-C during them sets `stop` and ends them with the bound so far."""
-    fits = [(r.makespan, sched) for _, sched, r in base if r.valid]
+    fits = [(r.makespan, name, sched) for name, sched, r in base if r.valid]
     b = lower_bounds(spec, target=target, order_seconds=_ORDER_SHARE * left, stop=stop, moments=lambda: order_moments(
-        spec, graph.arrays.ids, min(fits, key=lambda v: v[0])[1].instructions) if fits else [])
+        spec, graph.arrays.ids, min(fits, key=lambda v: v[0])[2].instructions) if fits else [])
     if np.isfinite(b["floor"]):
         return b
-    valid = [name for name, _, r in base if r.valid]
-    if valid:
-        raise MilpBug(f"the lower bound says no schedule fits, yet {valid[0]}'s schedule does")
+    if fits:
+        raise MilpBug(f"the lower bound says no schedule fits, yet {fits[0][1]}'s schedule does")
     _infeasible(graph, cluster, options, base, no_room(graph, b["at"]), spec=spec)
 
 

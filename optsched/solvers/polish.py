@@ -44,16 +44,14 @@ def _recomputations(graph: Graph, cluster: Cluster, ins: list) -> list[tuple[int
     """(index of the free, index of the recomputation, seconds saved per byte) of every recomputation on a device
     where the value was resident before and freed since."""
     a = graph.arrays
-    idx, dev = a.index, cluster.device_index
     last: dict[tuple[str, str], tuple[str, int]] = {}
     out = []
     for i, x in enumerate(ins):
         if isinstance(x, Compute):
             ev = last.get((x.node, x.device))
             if ev is not None and ev[0] == "free":
-                v, d = idx[x.node], cluster.devices[dev[x.device]]
-                cost = a.cost[d.kind][v] / d.speed
-                out.append((ev[1], i, cost / max(int(a.bytes[v]), 1)))
+                cost = _seconds(graph, cluster, (x.node,), x.device)
+                out.append((ev[1], i, cost / max(int(a.bytes[a.index[x.node]]), 1)))
             last[(x.node, x.device)] = ("res", i)
         elif isinstance(x, Copy):
             last[(x.node, x.dst)] = ("res", i)
@@ -278,6 +276,7 @@ def _apply(pool: list, tags: list, edit: tuple) -> list:
 
 
 def _seconds(graph: Graph, cluster: Cluster, nodes, dev: str) -> float:
+    """Seconds device dev takes to compute `nodes` once each."""
     d = cluster.devices[cluster.device_index[dev]]
     cost = graph.arrays.cost[d.kind]
     return float(sum(cost[graph.arrays.index[u]] for u in nodes)) / d.speed
