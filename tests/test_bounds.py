@@ -436,7 +436,7 @@ def test_a_ctrl_c_during_the_orders_ends_them_with_the_bound_so_far(monkeypatch)
     started = threading.Event()
     real = bounds._solve
 
-    def slow(problem, integer, seconds, point=False, cutoff=None, stop=None):
+    def slow(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0):
         if cutoff is None:
             return real(problem, integer, seconds, point)
         started.set()
@@ -484,3 +484,39 @@ def test_a_ctrl_c_during_the_orders_stops_the_milp_with_its_warm_start(monkeypat
     s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=120, threads=2, params={"instage": False}))
     assert seen and s.report.status == "interrupted" and simulate(g, cl, s).valid
     assert time.perf_counter() - t0 < 60        # not the 120 s limit
+
+
+def test_a_core_left_idle_takes_a_copy_of_a_running_programme_under_another_seed(monkeypatch):
+    # two programmes on two cores: the first ends at once; the second's seed-0 run would take 30 s, but its copy
+    # under seed 1 on the idle core ends at once, gives its value, and the seed-0 run is stopped
+    import threading
+    import time
+
+    monkeypatch.setattr(bounds.os, "cpu_count", lambda: 2)
+    calls, stopped = [], []
+
+    def fake(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0):
+        calls.append((problem, seed))
+        if problem == "slow" and seed == 0:
+            stopped.append(stop.wait(30))
+            return 1.0          # its dual bound so far
+        return {"fast": 5.0, "slow": 2.0}[problem]
+
+    monkeypatch.setattr(bounds, "_solve", fake)
+    t0 = time.perf_counter()
+    assert bounds._side_by_side(["fast", "slow"], 60, 3.0, threading.Event()) == [5.0, 2.0]
+    assert time.perf_counter() - t0 < 10 and stopped == [True]
+    assert sorted(calls) == [("fast", 0), ("slow", 0), ("slow", 1)]
+    # stopped from outside: each programme's value is the best dual bound of its runs
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    calls.clear()
+    stopped.clear()
+
+    def stalled(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0):
+        calls.append(seed)
+        stop.wait(30)
+        return 1.5 if seed else 1.0
+
+    monkeypatch.setattr(bounds, "_solve", stalled)
+    assert bounds._side_by_side(["slow"], 60, 3.0, stop) == [1.5] and sorted(calls) == [0, 1]

@@ -229,3 +229,51 @@ def test_where_every_keep_set_over_the_topological_order_overflows_the_memory_or
     s = lp_rounding(g, cl, SolveOptions(time_limit=30, threads=1))
     r = simulate(g, cl, s)
     assert r.valid and s.report.objective == pytest.approx(r.makespan)
+
+
+def test_the_bounds_plans_alone_give_a_schedule_without_the_lp(monkeypatch):
+    # params lp=False: only the keep-sets seeded by the lower bound's plans, no LP relaxation at all
+    from optsched.solvers import rounding
+
+    def no_lp(*a, **k):
+        raise AssertionError("the LP was built")
+
+    g = random_training_graph(40, 1, window=2)
+    cl = one_gpu(int(0.6 * _ke(g).peak["gpu0"]))
+    monkeypatch.setattr(rounding, "_Relaxation", no_lp)
+    s = solve(g, cl, "lp-rounding", swap=False, params={"lp": False})
+    r = simulate(g, cl, s)
+    assert r.valid and r.recomputed > 0 and s.report.extra["seed"].startswith("bound at ")
+
+
+def test_the_milp_uses_the_core_the_lp_leaves_idle(monkeypatch):
+    # with `beside`, the LP's roundings run in a worker thread while this one rounds the bound's plans and calls
+    # `beside` with them: the LP waits here until `beside` has run, so one after the other it would time out
+    import importlib
+    import threading
+
+    from optsched.solvers import rounding
+
+    M = importlib.import_module("optsched.solvers.milp")
+    monkeypatch.setattr(M.os, "cpu_count", lambda: 2)
+    real, waited, seen = _Relaxation.solve, [], []
+    called = threading.Event()
+
+    def held(self, scale, time_limit):
+        waited.append(called.wait(20))
+        return real(self, scale, time_limit)
+
+    def beside(base):
+        seen.append([name for name, _, _ in base])
+        called.set()
+
+    monkeypatch.setattr(rounding._Relaxation, "solve", held)
+    g = random_training_graph(40, 1, window=2)
+    cl = one_gpu(int(0.6 * _ke(g).peak["gpu0"]))
+    t0 = time.perf_counter()
+    found = M._candidates(g, cl, SolveOptions(swap=False, time_limit=60, threads=1), beside)
+    names = [name for name, _, _ in found]
+    assert waited and all(waited) and time.perf_counter() - t0 < 20
+    assert seen and "lp-rounding of the bound's plans" in seen[0] and "lp-rounding" not in seen[0]
+    assert {"lp-rounding", "lp-rounding of the bound's plans"} <= set(names)
+    assert all(r.valid for name, _, r in found if name.startswith("lp-rounding"))

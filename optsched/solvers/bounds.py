@@ -58,7 +58,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import replace
 
 import numpy as np
@@ -321,12 +321,10 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
     ancestor of the other come in one order or the other in each schedule, so the least of the programmes over
     the orders bounds them all. Branch and bound over the orders: the weakest order so far (`start`, the moments
     in order, and its bound) takes the next of `moments` (most promising first) at each place its ancestors and
-    descendants leave, one programme each (side by side, a core each); the least bound over the orders is the
+    descendants leave, one programme each (side by side: `_side_by_side`); the least bound over the orders is the
     bound. It stops when that reaches `reach`, the moments run out, `seconds` pass, or `stop` is set (the first
     Ctrl-C sets it; the programmes running stop at once). Each order's bound is at least its parent's (it restricts
     the same schedules)."""
-    from .milp import _join  # waits for a worker: the first Ctrl-C sets `stop`, a second raises
-
     t0 = time.perf_counter()
     for y in moments:
         if y not in anc:
@@ -343,13 +341,55 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
         orders = [seq[:p] + (y,) + seq[p:] for p in range(lo, hi + 1)]
         problems = [_coupled(spec, d, list(o), needed, dst, anc, single)[0] for o in orders]
         left = seconds - (time.perf_counter() - t0)     # all of it, each: the bound needs every order to reach
-        with ThreadPoolExecutor(min(len(orders), os.cpu_count() or 1)) as pool:     # HiGHS frees the GIL
-            runs = [pool.submit(_solve, p, True, left, cutoff=reach, stop=stop) for p in problems]
-            waiting = threading.Thread(target=wait, args=(runs,), daemon=True)
-            waiting.start()
-            _join(waiting, stop)
+        vals = _side_by_side(problems, left, reach, stop)
         leaves.remove((val, seq))
-        leaves.extend((max(r.result(), val), o) for r, o in zip(runs, orders, strict=True))
+        leaves.extend((max(v, val), o) for v, o in zip(vals, orders, strict=True))
+
+
+def _side_by_side(problems: list, seconds: float, cutoff: float | None, stop: threading.Event) -> list[float]:
+    """Each integer programme's value (`_solve` with `cutoff`), a core each. A core that one leaves idle takes a
+    copy of one still running under another random seed, and the first of its runs to finish gives its value (the
+    others stop): branch and bound times vary with the seed by up to twice (the 3-layer GPT-2 at 30% of its
+    keep-everything memory, one order of 4 moments: 18-35 s). `stop` set, or `seconds` passed: each value is the
+    best dual bound of its runs."""
+    from .milp import _join  # waits for a worker: the first Ctrl-C sets `stop`, a second raises
+
+    until = time.perf_counter() + seconds
+    cores = os.cpu_count() or 1
+    ends = [threading.Event() for _ in problems]       # set: that programme's runs stop
+    runs: list[list] = [[] for _ in problems]
+    first: list = [None] * len(problems)               # the run that finished first, per programme
+
+    with ThreadPoolExecutor(max(len(problems), cores)) as pool:     # HiGHS frees the GIL
+
+        def start(i: int) -> None:
+            runs[i].append(pool.submit(_solve, problems[i], True, until - time.perf_counter(), cutoff=cutoff,
+                                       stop=ends[i], seed=len(runs[i])))
+
+        def drive() -> None:
+            for i in range(len(problems)):
+                start(i)
+            while not stop.is_set():
+                for i, rs in enumerate(runs):
+                    if first[i] is None and (f := next((f for f in rs if f.done()), None)) is not None:
+                        first[i] = f
+                        ends[i].set()
+                open_ = [i for i in range(len(problems)) if first[i] is None]
+                running = [f for rs in runs for f in rs if not f.done()]
+                if not open_:
+                    break
+                if len(running) < cores and until - time.perf_counter() > 0.1:
+                    start(min(open_, key=lambda i: len(runs[i])))
+                else:
+                    wait(running, timeout=0.05, return_when=FIRST_COMPLETED)
+            for end in ends:
+                end.set()
+            wait([f for rs in runs for f in rs])
+
+        waiting = threading.Thread(target=drive, daemon=True)
+        waiting.start()
+        _join(waiting, stop)
+    return [f.result() if f is not None else max(r.result() for r in rs) for f, rs in zip(first, runs, strict=True)]
 
 
 def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
@@ -522,13 +562,13 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
 
 
 def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: float | None = None,
-           stop: threading.Event | None = None):
+           stop: threading.Event | None = None, seed: int = 0):
     """The LP optimum, or the integer programme's dual bound after at most `seconds`; infinite when the programme
     has no point (no schedule fits), 0 when nothing else came of it. `point`: (that value, the best point found or
     None). `cutoff`: only whether the optimum reaches it matters, so HiGHS prunes every node whose bound does
     (and looks for no points): the value is then at most `cutoff`, and `cutoff` where no point lies below (the
     3-moment programme of GPT-2 at 35% of its keep-everything memory: 4.7 s, not 10 s). `stop` set: HiGHS stops
-    at its next check, with the dual bound so far."""
+    at its next check, with the dual bound so far. `seed`: HiGHS's random seed."""
     import highspy
 
     from .milp import run_highs  # releases HiGHS's thread pool for the solves after this one
@@ -537,6 +577,7 @@ def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: 
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(max(seconds, 0.01)))
+    h.setOptionValue("random_seed", int(seed))
     ncol = cost.size
     h.passModel(ncol, row_lo.size, int(idx.size), 2, 1, 0.0, cost, lb, ub, row_lo, row_hi,
                 start.astype(np.int32), idx.astype(np.int32), val,

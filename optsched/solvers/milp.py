@@ -155,7 +155,7 @@ from ..graph import Graph, memory_lower_bound
 from ..schedule import Schedule, SolveReport
 from ..simulate import describe, simulate
 from ..units import format_size
-from .bounds import least_budget, lower_bounds, order_moments
+from .bounds import _SECONDS, least_budget, lower_bounds, order_moments
 from .cuts import root_cuts
 from .lns import improve
 from .milp_model import (
@@ -184,15 +184,15 @@ class MilpBug(RuntimeError):
 
 # ----------------------------------------------------------------------------- shared driver
 
-def _candidates(graph, cluster, options):
+def _candidates(graph, cluster, options, beside=None):
     """Valid schedules to warm-start from and fall back on: the baselines, then
     the heuristic (and m-ETF where there are several accelerators), which often
     beat the baselines by using the host and other devices, and the rounding of
     the model's LP relaxation (`rounding.py`), which beats them all at tight
-    budgets."""
+    budgets. `beside(candidates so far)`: work for the core the LP leaves idle
+    (`_roundings`)."""
     from . import baselines as B
     from . import heuristics as H
-    from . import rounding
 
     fns = [getattr(B, nm) for nm in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, nm)]
     fns.append(H.heuristic)
@@ -209,9 +209,7 @@ def _candidates(graph, cluster, options):
         once = _one_device_time(graph, cluster, options)
         if best > (1 + _ROOM) * once:
             share = _ROUNDING_SHARE if best <= _POOR * once else _ALONE_SHARE
-            s = _candidate(graph, cluster, options, rounding.lp_rounding, share)
-            if s is not None:
-                out.append(("lp-rounding", s, simulate(graph, cluster, s)))
+            out += _roundings(graph, cluster, options, share, out, beside)
     host = _host(cluster, options)
     if host is not None and not any(r.valid for _, _, r in out):
         # nothing fits the accelerators: every operation on the host, where it can run them all, is a schedule
@@ -221,6 +219,28 @@ def _candidates(graph, cluster, options):
         if s is not None:
             out.append(("keep-everything on the host", s, simulate(graph, cluster, s)))
     return out
+
+
+def _roundings(graph, cluster, options, share, base, beside=None) -> list:
+    """lp-rounding's schedules as candidates. With `beside` and a core to spare, its LP's roundings run in a worker
+    thread while this one rounds the lower bound's plans (`params["lp"]` False), then calls `beside(base and
+    those)`: the LP keeps one core for tens of seconds on large graphs (the 3-layer GPT-2 at 30% of its
+    keep-everything memory: 21 s of lp-rounding's 33), time the MILP's bounds use instead."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import rounding
+
+    def named(name, s):
+        return [] if s is None else [(name, s, simulate(graph, cluster, s))]
+
+    if beside is None or (os.cpu_count() or 1) < 2:
+        return named("lp-rounding", _candidate(graph, cluster, options, rounding.lp_rounding, share))
+    with ThreadPoolExecutor(1) as pool:
+        lp = pool.submit(_candidate, graph, cluster, options, rounding.lp_rounding, share, {"seeds": 0})
+        plans = named("lp-rounding of the bound's plans",
+                      _candidate(graph, cluster, options, rounding.lp_rounding, share, {"lp": False}))
+        beside(base + plans)
+        return named("lp-rounding", lp.result()) + plans
 
 
 def _host(cluster, options) -> str | None:
@@ -244,11 +264,12 @@ _POOR = 3.0               # a candidate this many times keep-everything's one-de
 _ROOM = 0.01              # skip lp-rounding when a candidate is within 1% of keep-everything's one-device time
 
 
-def _candidate(graph, cluster, options, fn, share=_CANDIDATE_SHARE):
-    """`fn`'s schedule; where it finds none that fits, the one with the smallest peak it reached (over the budget:
-    `_infeasible` reports it as the smallest budget at which a schedule was found), if any."""
+def _candidate(graph, cluster, options, fn, share=_CANDIDATE_SHARE, params=None):
+    """`fn`'s schedule (with `params`, none of the MILP's); where it finds none that fits, the one with the smallest
+    peak it reached (over the budget: `_infeasible` reports it as the smallest budget at which a schedule was
+    found), if any."""
     try:
-        return fn(graph, cluster, replace(options, warm_start=None, progress=None, params={},
+        return fn(graph, cluster, replace(options, warm_start=None, progress=None, params=params or {},
                                           time_limit=options.time_limit * share))
     except InfeasibleError as e:
         return e.closest
@@ -321,11 +342,11 @@ def _unplaceable(graph: Graph, spec: ModelSpec) -> str:
     return unplaceable(graph, spec.dev_names, spec.runs, spec.budget)
 
 
-def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
+def prepare(graph: Graph, cluster: Cluster, options: SolveOptions, beside=None):
     """Spec, model, warm start (x or None), its message, the candidate schedules, build time,
     notes on candidates that could not start the MILP, and `alt`: when the chosen model has gap
     stages, (model, x0, message) of the model without them (over the best candidate that fits it,
-    or the graph's order, cold), else None.
+    or the graph's order, cold), else None. `beside`: see `_candidates`.
 
     Every candidate is staged over its own first-computation order; the one with the
     smallest staged objective fixes the model's order and becomes the incumbent."""
@@ -339,7 +360,7 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions):
             specs[key] = spec_for(graph, cluster, options, order=order, window=window, gaps=gaps)
         return specs[key]
 
-    base = _candidates(graph, cluster, options)
+    base = _candidates(graph, cluster, options, beside)
     too_big = _unplaceable(graph, spec_of(None, p.get("window")))
     if too_big:
         _infeasible(graph, cluster, options, base, too_big)
@@ -423,7 +444,7 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
 
 
 def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
-            stop: threading.Event | None = None) -> dict:
+            stop: threading.Event | None = None, seconds: float = _SECONDS) -> dict:
     """`bounds.lower_bounds(spec, target=target)`; InfeasibleError, proven, where they show that no schedule fits
     (a relaxation of every schedule has no point). Where the bound falls just short of `target`, the orders of the
     moments where the fastest candidate computes a value a third time (`bounds.order_moments`) may take up to
@@ -432,7 +453,7 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
     about 15 s, which proves the rounding's 1.3112x within 1%, where the stage model's branch and bound had not
     finished its root in 40 s). A Ctrl-C during them sets `stop` and ends them with the bound so far."""
     fits = [(r.makespan, name, sched) for name, sched, r in base if r.valid]
-    b = lower_bounds(spec, target=target, order_seconds=_ORDER_SHARE * left, stop=stop, moments=lambda: order_moments(
+    b = lower_bounds(spec, seconds, target, order_seconds=_ORDER_SHARE * left, stop=stop, moments=lambda: order_moments(
         spec, graph.arrays.ids, min(fits, key=lambda v: v[0])[2].instructions) if fits else [])
     if np.isfinite(b["floor"]):
         return b
@@ -519,11 +540,18 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
                                                     extra=extra), graph=graph.name)
 
 
-_ORDER_SHARE = 0.6      # of the time left after the candidates, at most, for the orders of moments (`_bounds`),
+_ORDER_SHARE = 0.8      # of the time left when the bounds start (beside lp-rounding's LP, or after the candidates),
+                        # at most, for the orders of moments (`_bounds`); 0.6 left the 3-layer GPT-2 at 30% of its
+                        # keep-everything memory 4-7 s short of the proof, and on models this large HiGHS found
+                        # nothing in the rest (16 s side by side),
 _ORDER_FROM_NNZ = 200_000   # on stage models this large, whose root LP alone takes HiGHS tens of seconds (GPT-2
 # at 35%: 352k nonzeros, no node in 40 s). Below, HiGHS closes such gaps itself, and the orders would only take its
 # time (a random 40-layer graph at 50% of its keep-everything memory, 92k nonzeros: 6 s of 15 found nothing, and
 # left HiGHS under a second).
+_BESIDE = 2.0           # times the usual seconds for the single-moment bound, beside lp-rounding's LP thread: its
+                        # repairs in the simulator hold the GIL that the bound's ranking of moments needs (BERT at 40%
+                        # of its keep-everything memory: 1.4225x keep-everything's time instead of 1.4868x in two of
+                        # three runs with the usual 2 s)
 _POLISH_SHARE = 0.05    # of the time limit, kept from the solver for `_polished`
 _POLISH_MAX = 10.0      # seconds at most (a pass over the 3-layer GPT-2's schedule at 30%: 6 s on 2 cores)
 
@@ -730,17 +758,32 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
 
 
 def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start: float) -> Schedule:
-    """The solve of the stage model (whole-stage count by default), from `milp`."""
-    spec, model, x0, warm_msg, base, build_time, notes, alt = prepare(graph, cluster, options)
+    """The solve of the stage model (whole-stage count by default), from `milp`. Where lp-rounding's LP leaves a
+    core idle, the bounds are found beside it (over the graph's own order, the roundings', with the target of the
+    candidates so far), else after the candidates."""
+    until = t_start + options.time_limit
+    stop = threading.Event()        # Ctrl-C: set here, or by the orders of moments (then HiGHS stops at once)
+    early = {}
+
+    def beside(base):
+        spec0 = spec_for(graph, cluster, options, window=options.params.get("window"))
+        fits = [r.makespan for _, _, r in base if r.valid]
+        big = build_model(spec0).index.size >= _ORDER_FROM_NNZ
+        with contextlib.suppress(InfeasibleError):      # said after the candidates, as without the LP beside
+            early["bounds"] = _bounds(graph, cluster, options, base, spec0,
+                                      min(fits) * (1 - options.gap) if fits else None,
+                                      until - _polish_time(options) - time.perf_counter() if big else 0.0, stop,
+                                      _BESIDE * _SECONDS)
+
+    spec, model, x0, warm_msg, base, build_time, notes, alt = prepare(graph, cluster, options, beside)
     if options.write_model:
         write_model(model, options.write_model)
     known = [float(m.cost @ x) for m, x in ((model, x0), alt[:2] if alt else (None, None)) if x is not None]
     target = min(known) / TIME_SCALE * (1 - options.gap) if known else None
-    until = t_start + options.time_limit
     big = model.index.size >= _ORDER_FROM_NNZ
-    stop = threading.Event()        # Ctrl-C: set here, or by the orders of moments (then HiGHS stops at once)
-    bounds = _bounds(graph, cluster, options, base, spec, target,
-                     until - _polish_time(options) - time.perf_counter() if big else 0.0, stop)
+    bounds = early.get("bounds") or _bounds(graph, cluster, options, base, spec, target,
+                                            until - _polish_time(options) - time.perf_counter() if big else 0.0,
+                                            stop)
     left = until - _polish_time(options) - time.perf_counter()
     if alt is None:
         run = _highs_run(model, x0, options, left, stop, floor=bounds["floor"])

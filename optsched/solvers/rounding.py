@@ -30,7 +30,8 @@ returned: a rounding of the LP at a reduced budget, or a repaired one, leaves ro
 under the real budget.
 
 `options.params`: thresholds (sequence of theta), budget_scales (sequence of LP budget factors), polish (bool,
-default true), seeds (how many of the bound's moments seed keep-sets, default 2; 0: none). The report's
+default true), seeds (how many of the bound's moments seed keep-sets, default 2; 0: none), lp (bool, default true;
+false: the seeded keep-sets only, which the MILP runs beside the LP's). The report's
 `extra["seed"]` says where the returned schedule came from ("lp", or "bound at NODE").
 """
 
@@ -260,26 +261,27 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     lp_deadline = deadline - (_SEED_SHARE * options.time_limit if seeds else 0.0)
     polish = p.get("polish", True)
     best = _POLISHED if polish else 1
-    found, tried, lp = _lp_roundings(graph, cluster, spec, dev.name, thresholds, scales, options.threads,
-                                     lp_deadline, deadline, best)
+    found, tried, lp = (_lp_roundings(graph, cluster, spec, dev.name, thresholds, scales, options.threads,
+                                      lp_deadline, deadline, best) if p.get("lp", True) else ([], 0, None))
     if seeds:
         seeded, n = _seeded(graph, cluster, spec, dev.name, seeds, deadline, found[0][1].makespan if found else np.inf)
         found += seeded
         tried += n
-    if not found and time.perf_counter() < deadline:
+    if not found and lp is not None and time.perf_counter() < deadline:
         # every keep-set over the topological order overflows: the same over an order whose readers release values
         # first (the 8-layer MLP at 65% of its keep-everything memory: 1.46x its time, where none fitted)
         spec = spec_over(memory_order(graph))
         found, more, lp = _lp_roundings(graph, cluster, spec, dev.name, thresholds, scales, options.threads,
                                         deadline, deadline, best)
         tried += more
-    if not found and lp.timed_out and not tried:
+    if not found and lp is not None and lp.timed_out and not tried:
         raise not_found(graph, cluster, f"lp-rounding: its LP relaxation ({lp.model.ncol} columns, "
                         f"{lp.model.nrow} rows) did not finish within the time limit of {options.time_limit:g} s",
                         hint="raise --time-limit")
     if not found:
         what = (f"none of {tried} roundings fits the budget of {dev.name}, nor could they be repaired" if tried else
-                f"the linear relaxation of its stage model has no solution within the budget of {dev.name}")
+                f"the linear relaxation of its stage model has no solution within the budget of {dev.name}"
+                if lp is not None else "the lower bound has no plan to seed a keep-set with")
         raise not_found(graph, cluster, f"lp-rounding: {what}",
                         hint="use the MILP, allow swapping, or raise the budget")
     # polishing reorders them (bert at 40%: 3.08x as rounded, 1.63x polished; 2.21x repaired, 1.58x polished)
