@@ -765,25 +765,24 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
     stop = threading.Event()        # Ctrl-C: set here, or by the orders of moments (then HiGHS stops at once)
     early = {}
 
+    def order_time(nonzeros: int) -> float:     # the orders of moments' time, from which _bounds takes its share
+        return until - _polish_time(options) - time.perf_counter() if nonzeros >= _ORDER_FROM_NNZ else 0.0
+
     def beside(base):
         spec0 = spec_for(graph, cluster, options, window=options.params.get("window"))
         fits = [r.makespan for _, _, r in base if r.valid]
-        big = build_model(spec0).index.size >= _ORDER_FROM_NNZ
         with contextlib.suppress(InfeasibleError):      # said after the candidates, as without the LP beside
             early["bounds"] = _bounds(graph, cluster, options, base, spec0,
                                       min(fits) * (1 - options.gap) if fits else None,
-                                      until - _polish_time(options) - time.perf_counter() if big else 0.0, stop,
-                                      _BESIDE * _SECONDS)
+                                      order_time(build_model(spec0).index.size), stop, _BESIDE * _SECONDS)
 
     spec, model, x0, warm_msg, base, build_time, notes, alt = prepare(graph, cluster, options, beside)
     if options.write_model:
         write_model(model, options.write_model)
     known = [float(m.cost @ x) for m, x in ((model, x0), alt[:2] if alt else (None, None)) if x is not None]
     target = min(known) / TIME_SCALE * (1 - options.gap) if known else None
-    big = model.index.size >= _ORDER_FROM_NNZ
     bounds = early.get("bounds") or _bounds(graph, cluster, options, base, spec, target,
-                                            until - _polish_time(options) - time.perf_counter() if big else 0.0,
-                                            stop)
+                                            order_time(model.index.size), stop)
     left = until - _polish_time(options) - time.perf_counter()
     if alt is None:
         run = _highs_run(model, x0, options, left, stop, floor=bounds["floor"])

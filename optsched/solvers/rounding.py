@@ -279,9 +279,12 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
                         f"{lp.model.nrow} rows) did not finish within the time limit of {options.time_limit:g} s",
                         hint="raise --time-limit")
     if not found:
-        what = (f"none of {tried} roundings fits the budget of {dev.name}, nor could they be repaired" if tried else
-                f"the linear relaxation of its stage model has no solution within the budget of {dev.name}"
-                if lp is not None else "the lower bound has no plan to seed a keep-set with")
+        if tried:
+            what = f"none of {tried} roundings fits the budget of {dev.name}, nor could they be repaired"
+        elif lp is None:
+            what = "the lower bound has no plan to seed a keep-set with"
+        else:
+            what = f"the linear relaxation of its stage model has no solution within the budget of {dev.name}"
         raise not_found(graph, cluster, f"lp-rounding: {what}",
                         hint="use the MILP, allow swapping, or raise the budget")
     # polishing reorders them (bert at 40%: 3.08x as rounded, 1.63x polished; 2.21x repaired, 1.58x polished)
