@@ -366,7 +366,10 @@ def test_the_orders_of_moments_never_exceed_the_exhaustive_optimum(g, frac, data
     target = found[0] * data.draw(st.sampled_from([1.0, 10.0]))     # stopping at the optimum, or searching on
     with pytest.MonkeyPatch.context() as m:
         m.setattr(bounds, "_ORDER_NEAR", 1.0)
-        b = lower_bounds(spec, target=target, moments=lambda: moments, order_seconds=10)
+        if data.draw(st.booleans()):
+            b = lower_bounds(spec, target=target, moments=lambda: moments, order_seconds=10)
+        else:       # as blocking moments: the same orders, for at most _BLOCKING seconds
+            b = lower_bounds(spec, target=target, blocking=lambda: moments, blocking_seconds=10)
     assert b["floor"] <= found[0] * (1 + 1e-6) + 1e-12
     event("orders raised the bound" if b["at"] is not None and len(b["at"]) > 1 else "not raised")
 
@@ -408,6 +411,63 @@ def test_the_moments_to_order_are_first_computed_where_a_value_came_back_a_third
     spec = make_spec(g, one_gpu(100), swap=False)
     assert [g.arrays.ids[v] for v in bounds.order_moments(spec, g.arrays.ids, ins)] == ["d"]
     assert bounds.order_moments(spec, g.arrays.ids, twice) == []
+
+
+def thrice_graph() -> Graph:
+    """x -> e -> p, q -> l, then big1(l), gp(big1, p), big2(gp), gq(big2, q) required; e, p, q 2 bytes, big1 and big2
+    10 with workspace 2 and 3. With 15 bytes, x stays (e reads it again), and at big1 and at big2 there is no
+    room for 2 more bytes: e, p, q are dropped at big1, e and p computed again for gp, and e dropped at big2 and
+    computed a third time, with q, for gq. The optimum is the work (8 s) and 4 recomputations; big1's moment
+    alone charges e once (11 s)."""
+    nodes = (Node("x", "data", "input", (), {"cuda": 0.0}, 1, recomputable=False),
+             op("e", "forward", ("x",), 1.0, 2), op("p", "forward", ("e",), 1.0, 2),
+             op("q", "forward", ("e",), 1.0, 2), op("l", "loss", ("p", "q"), 1.0, 1),
+             replace(op("big1", "backward", ("l",), 1.0, 10), workspace=2), op("gp", "backward", ("big1", "p"), 1.0),
+             replace(op("big2", "backward", ("gp",), 1.0, 10), workspace=3), op("gq", "backward", ("big2", "q"), 1.0, 1,
+                                                                                True))
+    return check_graph(Graph(nodes, name="thrice"))
+
+
+def test_the_blocking_moments_are_where_memory_was_too_short_to_keep_a_value_computed_a_third_time():
+    g = thrice_graph()
+    best, steps = exhaustive(g, 15)
+    assert best == pytest.approx(12.0)
+    assert [s.node for s in steps if isinstance(s, Compute)].count("e") == 3
+    spec = make_spec(g, one_gpu(15), swap=False)
+    assert [g.arrays.ids[v] for v in bounds.blocking_moments(spec, g.arrays.ids, steps)] == ["big2"]
+    # with room at big2 for e, the same schedule was short of nothing there: no moment
+    roomy = make_spec(g, one_gpu(17), swap=False)
+    assert bounds.blocking_moments(roomy, g.arrays.ids, steps) == []
+    # a schedule that computes nothing a third time has none
+    keep = Schedule(tuple(Compute(v, "gpu0") for v in g.arrays.ids))
+    assert simulate(g, one_gpu(40), keep).valid
+    assert bounds.blocking_moments(make_spec(g, one_gpu(40), swap=False), g.arrays.ids, keep.instructions) == []
+
+
+def test_the_blocking_moment_charges_the_third_computation_the_peaks_moment_leaves_free(monkeypatch):
+    # with one candidate moment (no chain of them), the bound is big1's alone; big2, where the optimum had no room
+    # to keep e, ordered after it proves the optimum
+    g = thrice_graph()
+    best, steps = exhaustive(g, 15)
+    spec = make_spec(g, one_gpu(15), swap=False)
+    monkeypatch.setattr(bounds, "_CANDIDATES", 1)
+    alone = lower_bounds(spec, target=20.0)
+    assert alone["floor"] < 12.0 - 0.5
+    blocking = partial(bounds.blocking_moments, spec, g.arrays.ids, steps)
+    b = lower_bounds(spec, target=20.0, blocking=blocking, blocking_seconds=10)
+    assert b["floor"] == pytest.approx(best)
+    assert [g.arrays.ids[v] for v in b["at"]] == [*(g.arrays.ids[v] for v in alone["at"]), "big2"]
+    # no time for them, or the target reached already: nothing changes
+    assert lower_bounds(spec, target=20.0, blocking=blocking)["floor"] == pytest.approx(alone["floor"])
+    assert lower_bounds(spec, target=alone["floor"] * 0.9, blocking=blocking, blocking_seconds=10)["floor"] \
+        == pytest.approx(alone["floor"])
+    # the MILP takes them from its fastest candidate and proves its schedule optimal (the orders stop at its
+    # target, 1% under it)
+    s = solve(g, one_gpu(15), "milp", SolveOptions(swap=False, time_limit=30, gap=0.01))
+    assert simulate(g, one_gpu(15), s).makespan == pytest.approx(best)
+    assert s.report.status == "optimal" and s.report.gap <= 0.01
+    assert best * 0.99 <= s.report.bound * (1 + 1e-6) and s.report.bound > alone["floor"] + 0.5
+    assert s.report.extra["lower_bounds"]["at"][-1] == "big2"
 
 
 def test_a_cutoff_proves_only_whether_the_optimum_reaches_it():

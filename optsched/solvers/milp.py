@@ -87,8 +87,10 @@ Reductions and what they cost:
 - Bounds: the reported bound is the larger of the solver's dual bound and
   `bounds.lower_bounds` (longest dependency chain, total work over the
   devices, and on one device without copies the work plus the recomputation
-  that the budget forces, at one moment or a chain of them, or taken in every
-  order where the warm start is just short of proven: `_bounds`), which holds for
+  that the budget forces, at one moment or a chain of them, with the moments
+  where the fastest candidate had no room to keep a value it computes a third
+  time, or taken in every order where the warm start is just short of proven:
+  `_bounds`), which holds for
   every schedule; it stands in when
   the solver has none (its root LP unfinished), beats the LP relaxation at
   tight budgets, and a schedule within the gap of it is proven: HiGHS stops
@@ -155,7 +157,7 @@ from ..graph import Graph, memory_lower_bound
 from ..schedule import Schedule, SolveReport
 from ..simulate import describe, simulate
 from ..units import format_size
-from .bounds import _SECONDS, least_budget, lower_bounds, order_moments
+from .bounds import _SECONDS, blocking_moments, least_budget, lower_bounds, order_moments
 from .cuts import root_cuts
 from .lns import improve
 from .milp_model import (
@@ -443,18 +445,23 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
     raise InfeasibleError(msg, hint=hint, proven=proven, restricted=restricted)
 
 
-def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
+def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0, orders: bool = False,
             stop: threading.Event | None = None, seconds: float = _SECONDS) -> dict:
     """`bounds.lower_bounds(spec, target=target)`; InfeasibleError, proven, where they show that no schedule fits
-    (a relaxation of every schedule has no point). Where the bound falls just short of `target`, the orders of the
-    moments where the fastest candidate computes a value a third time (`bounds.order_moments`) may take up to
-    _ORDER_SHARE of the `left` seconds, which the caller gives only for models of _ORDER_FROM_NNZ nonzeros or more
-    (GPT-2 at 35% of its keep-everything memory: the bound 1.2973x -> 1.2980x of keep-everything's step time in
-    about 15 s, which proves the rounding's 1.3112x within 1%, where the stage model's branch and bound had not
-    finished its root in 40 s). A Ctrl-C during them sets `stop` and ends them with the bound so far."""
+    (a relaxation of every schedule has no point). Where the bound falls just short of `target` and `orders` (the
+    caller's, for models of _ORDER_FROM_NNZ nonzeros or more), the orders of the moments where the fastest
+    candidate computes a value a third time (`bounds.order_moments`) may take up to _ORDER_SHARE of the `left`
+    seconds (GPT-2 at 35% of its keep-everything memory: the bound 1.2973x -> 1.2980x of keep-everything's step
+    time in about 15 s, which proves the rounding's 1.3112x within 1%, where the stage model's branch and bound
+    had not finished its root in 40 s); where it falls short otherwise, the orders over those of them where the
+    candidate had no room to keep the value (`bounds.blocking_moments`) a few seconds. A Ctrl-C during them sets
+    `stop` and ends them with the bound so far."""
     fits = [(r.makespan, name, sched) for name, sched, r in base if r.valid]
-    b = lower_bounds(spec, seconds, target, order_seconds=_ORDER_SHARE * left, stop=stop, moments=lambda: order_moments(
-        spec, graph.arrays.ids, min(fits, key=lambda v: v[0])[2].instructions) if fits else [])
+    fastest = min(fits, key=lambda v: v[0])[2].instructions if fits else ()
+    ids = graph.arrays.ids
+    b = lower_bounds(spec, seconds, target, order_seconds=_ORDER_SHARE * left if orders else 0.0, stop=stop,
+                     moments=lambda: order_moments(spec, ids, fastest),
+                     blocking=lambda: blocking_moments(spec, ids, fastest), blocking_seconds=_ORDER_SHARE * left)
     if np.isfinite(b["floor"]):
         return b
     if fits:
@@ -765,24 +772,29 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
     stop = threading.Event()        # Ctrl-C: set here, or by the orders of moments (then HiGHS stops at once)
     early = {}
 
-    def order_time(nonzeros: int) -> float:     # the orders of moments' time, from which _bounds takes its share
-        return until - _polish_time(options) - time.perf_counter() if nonzeros >= _ORDER_FROM_NNZ else 0.0
+    def order_time() -> float:      # the orders of moments' time, from which _bounds takes its share
+        return until - _polish_time(options) - time.perf_counter()
 
     def beside(base):
         spec0 = spec_for(graph, cluster, options, window=options.params.get("window"))
         fits = [r.makespan for _, _, r in base if r.valid]
+        early["target"] = min(fits) * (1 - options.gap) if fits else None
         with contextlib.suppress(InfeasibleError):      # said after the candidates, as without the LP beside
-            early["bounds"] = _bounds(graph, cluster, options, base, spec0,
-                                      min(fits) * (1 - options.gap) if fits else None,
-                                      order_time(build_model(spec0).index.size), stop, _BESIDE * _SECONDS)
+            early["bounds"] = _bounds(graph, cluster, options, base, spec0, early["target"],
+                                      order_time(), build_model(spec0).index.size >= _ORDER_FROM_NNZ, stop,
+                                      _BESIDE * _SECONDS)
 
     spec, model, x0, warm_msg, base, build_time, notes, alt = prepare(graph, cluster, options, beside)
     if options.write_model:
         write_model(model, options.write_model)
     known = [float(m.cost @ x) for m, x in ((model, x0), alt[:2] if alt else (None, None)) if x is not None]
     target = min(known) / TIME_SCALE * (1 - options.gap) if known else None
-    bounds = early.get("bounds") or _bounds(graph, cluster, options, base, spec, target,
-                                            order_time(model.index.size), stop)
+    bounds = early.get("bounds")
+    if bounds is None or (early["target"] is None and target is not None and bounds["floor"] < target):
+        # none beside the LP, or none there aimed at a target (no candidate fitted then): the orders need one
+        again = _bounds(graph, cluster, options, base, spec, target, order_time(), model.index.size >= _ORDER_FROM_NNZ,
+                        stop)
+        bounds = again if bounds is None or again["floor"] >= bounds["floor"] else bounds
     left = until - _polish_time(options) - time.perf_counter()
     if alt is None:
         run = _highs_run(model, x0, options, left, stop, floor=bounds["floor"])
