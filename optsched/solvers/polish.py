@@ -22,9 +22,12 @@ memory (one device, recompute only): the MILP's schedule after 60 s, 1.344x keep
 1.232x with the first two moves, 1.224x with all three, where the bound every schedule obeys is 1.209x; without
 making room the pass changes nothing.
 
-Recomputations are tried in order of time saved per byte kept; one that does not fit is not tried again (later
-changes mostly keep more values resident), so the pass costs one simulation per recomputation and one per change
-kept, and one per value moved out of the way.
+Recomputations are tried in order of time saved per byte kept; one that does not fit is not tried again in the
+same pass (later changes mostly keep more values resident), so a pass costs one simulation per recomputation and
+one per change kept, and one per value moved out of the way. Passes repeat over the recomputations that failed
+before the last change kept, until none is left: the values moved out of the way make room that an earlier failure
+lacked (lp-rounding's schedule for the transformer at 45%:
+1.2737x keep-everything's step time, 1.2318x after one pass, 1.2241x after two, the optimum, in 0.4 s).
 """
 
 from __future__ import annotations
@@ -319,7 +322,8 @@ def keep_instead_of_recompute(graph: Graph, cluster: Cluster, schedule: Schedule
     if not best.valid:
         return schedule, best
     tags = list(range(len(pool)))
-    failed: set[int] = set()
+    failed: dict[int, int] = {}     # recomputation (its tag) -> the number of changes kept when it failed
+    kept_changes = 0
 
     def done() -> tuple[Schedule, SimResult]:
         return Schedule(tuple(pool[t] for t in tags), schedule.report, schedule.graph), best
@@ -339,8 +343,13 @@ def keep_instead_of_recompute(graph: Graph, cluster: Cluster, schedule: Schedule
                             if t not in kept and isinstance(x, Compute))
                 trial_tags, r = _make_room(graph, cluster, pool, trial_tags, saved, deadline)
             if r.valid and r.makespan < best.makespan:
-                tags, best = trial_tags, r
+                tags, best, kept_changes = trial_tags, r, kept_changes + 1
                 break
-            failed.add(tags[c])
+            failed[tags[c]] = kept_changes
         else:
-            return done()
+            # what changed since a recomputation failed may have made room for it: another pass over those
+            stale = [t for t, k in failed.items() if k < kept_changes]
+            if not stale:
+                return done()
+            for t in stale:
+                del failed[t]
