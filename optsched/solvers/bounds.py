@@ -194,6 +194,37 @@ def moment_plans(spec: ModelSpec, count: int = _INTEGER,
     return out, (float(np.nan_to_num(spec.ccost[d, needed]).sum()) + extra) / TIME_SCALE
 
 
+def _comebacks(spec: ModelSpec, ids, instructions):
+    """Per computation of a value a third time or more in a schedule on the sole device, after a drop: (the value,
+    the operations first computed since its last drop (-1 for recomputations), the memory each left to spare
+    (budget less what is resident, its output and its workspace), the computations of each operation so far)."""
+    d = _sole_device(spec, _needed(spec))
+    if d is None:
+        return
+    index = {v: i for i, v in enumerate(ids)}
+    resident = np.zeros(spec.n, dtype=bool)
+    count = np.zeros(spec.n, dtype=np.int64)
+    held, dropped = 0, {}
+    spare, first = [], []       # per computation: memory to spare at it, the operation if computed the first time
+    for ins in instructions:
+        if not isinstance(ins, (Compute, Free)):
+            continue
+        v = index[ins.node]
+        if isinstance(ins, Free):
+            if resident[v]:
+                resident[v] = False
+                held -= int(spec.nbytes[v])
+                dropped[v] = len(first)
+            continue
+        resident[v] = True
+        held += int(spec.nbytes[v])
+        spare.append(float(spec.budget[d]) - held - float(spec.ws[v]))
+        first.append(v if not count[v] else -1)
+        count[v] += 1
+        if count[v] >= 3 and v in dropped:
+            yield v, first[dropped[v]:-1], spare[dropped[v]:-1], count
+
+
 def order_moments(spec: ModelSpec, ids, instructions) -> list[int]:
     """Operations worth ordering (`lower_bounds`' `moments`), from a schedule on the sole device: where it computes
     a value a third time or more, it dropped the value again because memory was short in between, so the
@@ -201,23 +232,14 @@ def order_moments(spec: ModelSpec, ids, instructions) -> list[int]:
     and read a value computed again are where the bound's moment plan overflows too (GPT-2 at 35% of its
     keep-everything memory: the GELU backward of each layer, whose operations no ancestry orders). In the
     schedule's order, each once, those nothing reads last."""
-    index = {v: i for i, v in enumerate(ids)}
-    first = []                  # per instruction: the operation it first computes, or -1
-    count, freed, out, seen = np.zeros(spec.n, dtype=np.int64), {}, [], set()
-    for q, ins in enumerate(instructions):
-        v = index[ins.node] if isinstance(ins, (Compute, Free)) else -1
-        first.append(v if isinstance(ins, Compute) and not count[v] else -1)
-        if isinstance(ins, Free):
-            freed[v] = q
-        elif isinstance(ins, Compute):
-            count[v] += 1
-            if count[v] >= 3 and v in freed:
-                desc = _reach(spec.out_ptr, spec.out_idx, v, spec.n)
-                for w in first[freed[v]:q]:
-                    if (w >= 0 and desc[w] and w not in seen
-                            and (count[spec.in_idx[spec.in_ptr[w]:spec.in_ptr[w + 1]]] > 1).any()):
-                        seen.add(w)
-                        out.append(w)
+    out, seen = [], set()
+    for v, since, _, count in _comebacks(spec, ids, instructions):
+        desc = _reach(spec.out_ptr, spec.out_idx, v, spec.n)
+        for w in since:
+            if (w >= 0 and desc[w] and w not in seen
+                    and (count[spec.in_idx[spec.in_ptr[w]:spec.in_ptr[w + 1]]] > 1).any()):
+                seen.add(w)
+                out.append(w)
     # operations nothing reads (weight gradients) last: they come in no order with the rest, so they multiply the
     # orders without raising the bound (GPT-2 at 35%, `mm_4` first: 3 programmes, 15 s, no gain)
     return sorted(out, key=lambda w: spec.out_ptr[w + 1] == spec.out_ptr[w])
@@ -231,31 +253,12 @@ def blocking_moments(spec: ModelSpec, ids, instructions) -> list[int]:
     third computation, which the bound's moment alone leaves free (the transformer at 45% of its keep-everything
     memory: the last layer's ReLU backward, where the peak's moment allowed 1.2088x keep-everything's time, and
     the first layer's: 1.2241x, the MILP's polished schedule's, in 0.1 s)."""
-    index = {v: i for i, v in enumerate(ids)}
-    d = int(np.flatnonzero(~np.isnan(spec.ccost).all(axis=1))[0])
-    resident = np.zeros(spec.n, dtype=bool)
-    count = np.zeros(spec.n, dtype=np.int64)
-    held, dropped = 0, {}
-    slack, first = [], []       # per computation: memory to spare at it, the operation if computed the first time
     out: dict[int, float] = {}
-    for ins in instructions:
-        v = index[ins.node] if isinstance(ins, (Compute, Free)) else -1
-        if isinstance(ins, Free) and resident[v]:
-            resident[v] = False
-            held -= int(spec.nbytes[v])
-            dropped[v] = len(first)
-        elif isinstance(ins, Compute):
-            resident[v] = True
-            held += int(spec.nbytes[v])
-            slack.append(float(spec.budget[d]) - held - float(spec.ws[v]))
-            first.append(v if not count[v] else -1)
-            count[v] += 1
-            if count[v] >= 3 and v in dropped:
-                short = [(slack[q], first[q]) for q in range(dropped[v], len(first) - 1)
-                         if first[q] >= 0 and slack[q] < spec.nbytes[v]]
-                if short:
-                    s, w = min(short)
-                    out[w] = min(out.get(w, s), s)
+    for v, since, spare, _ in _comebacks(spec, ids, instructions):
+        short = [(s, w) for s, w in zip(spare, since, strict=True) if w >= 0 and s < spec.nbytes[v]]
+        if short:
+            s, w = min(short)
+            out[w] = min(out.get(w, s), s)
     return sorted(out, key=out.__getitem__)
 
 

@@ -26,8 +26,8 @@ Recomputations are tried in order of time saved per byte kept; one that does not
 same pass (later changes mostly keep more values resident), so a pass costs one simulation per recomputation and
 one per change kept, and one per value moved out of the way. Passes repeat over the recomputations that failed
 before the last change kept, until none is left: the values moved out of the way make room that an earlier failure
-lacked (lp-rounding's schedule for the transformer at 45%:
-1.2737x keep-everything's step time, 1.2318x after one pass, 1.2241x after two, the optimum, in 0.4 s).
+lacked (lp-rounding's schedule for the transformer at 45%: 1.2737x keep-everything's step time, 1.2318x after one
+pass, 1.2241x after two, the optimum, in 0.4 s).
 """
 
 from __future__ import annotations
