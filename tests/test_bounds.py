@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
+import time
 from dataclasses import replace
 from functools import partial
 
@@ -20,7 +22,7 @@ from optsched.errors import InfeasibleError
 from optsched.graph import Graph, Node, check_graph, largest_operation
 from optsched.schedule import Compute, Free, Schedule
 from optsched.simulate import simulate
-from optsched.solvers import SolveOptions, bounds, solve
+from optsched.solvers import SolveOptions, bounds, rounding, solve
 from optsched.solvers.bounds import least_budget, lower_bounds, moment_plans
 from optsched.solvers.milp_model import make_spec
 
@@ -110,8 +112,9 @@ def test_the_moment_plan_recomputes_what_the_budget_forces_and_proves_the_bound(
     g = forced_recompute_graph()
     plans, bound = moment_plans(make_spec(g, one_gpu(350), swap=False))
     assert bound == pytest.approx(7.0)
-    assert plans and all(g.arrays.ids[x] in ("l", "gb") for x, _ in plans)
-    assert all([g.arrays.ids[v] for v in drop] == ["a"] for _, drop in plans)
+    assert plans and all(len(plan) == 1 for plan in plans)
+    assert all(g.arrays.ids[x] in ("l", "gb") for (x, _), in plans)
+    assert all([g.arrays.ids[v] for v in drop] == ["a"] for (_, drop), in plans)
     assert moment_plans(make_spec(g, one_gpu(550), swap=False)) == ([], pytest.approx(6.0))
 
 
@@ -277,7 +280,7 @@ def test_the_bounds_never_exceed_the_exhaustive_optimum(g, frac):
     b = lower_bounds(make_spec(g, one_gpu(budget), swap=False))
     assert b["recompute"] is not None
     assert b["floor"] <= best * (1 + 1e-9) + 1e-12
-    assert moment_plans(make_spec(g, one_gpu(budget), swap=False))[1] <= best * (1 + 1e-9) + 1e-12
+    assert moment_plans(make_spec(g, one_gpu(budget), swap=False), chain_seconds=5.0)[1] <= best * (1 + 1e-9) + 1e-12
     event("recomputation forced" if b["recompute"] > b["work"] * (1 + 1e-9) else "none forced")
 
 
@@ -468,6 +471,32 @@ def test_the_blocking_moment_charges_the_third_computation_the_peaks_moment_leav
     assert s.report.status == "optimal" and s.report.gap <= 0.01
     assert best * 0.99 <= s.report.bound * (1 + 1e-6) and s.report.bound > alone["floor"] + 0.5
     assert s.report.extra["lower_bounds"]["at"][-1] == "big2"
+
+
+def test_the_chain_plan_drops_what_the_coupled_point_does_not_hold_and_fits_where_one_moment_needs_repair():
+    # one moment's plans prove 10 s; the coupled programme over the chain through big1 proves the optimum, 12 s,
+    # and its point drops e, p, q at big1 and e again at big2: that keep-set fits as it stands and takes 12 s,
+    # where the single moments' keep-sets need repair (or cannot have it)
+    g = thrice_graph()
+    ids = g.arrays.ids
+    spec = make_spec(g, one_gpu(15), swap=False)
+    plans, bound = moment_plans(spec)
+    assert bound == pytest.approx(10.0) and all(len(plan) == 1 for plan in plans)
+    plans, bound = moment_plans(spec, chain_seconds=5.0)
+    assert bound == pytest.approx(exhaustive(g, 15)[0]) == pytest.approx(12.0)
+    *singles, chain = plans
+    assert all(len(plan) == 1 for plan in singles) and len(chain) > 1
+    moments = [x for x, _ in chain]
+    assert all(bounds._reach(spec.in_ptr, spec.in_idx, b, spec.n)[a] for a, b in itertools.pairwise(moments))
+    drops = {ids[x]: {ids[v] for v in drop} for x, drop in chain}
+    assert {"e", "p", "q"} <= drops["big1"] and "e" in drops["big2"]
+    # no chain where it proves no more than one moment: room for everything
+    assert all(len(plan) == 1 for plan in moment_plans(make_spec(g, one_gpu(40), swap=False), chain_seconds=5.0)[0])
+    found, _ = rounding._seeded(g, one_gpu(15), make_spec(g, one_gpu(15), swap=False), "gpu0", 2,
+                                time.perf_counter() + 30, math.inf)
+    by_seed = {seed: (r.makespan, repaired) for _, r, repaired, *_, seed in found}
+    assert by_seed["bound at " + ", ".join(ids[x] for x in moments)] == (pytest.approx(12.0), False)
+    assert all(repaired for seed, (_, repaired) in by_seed.items() if "," not in seed)
 
 
 def test_a_cutoff_proves_only_whether_the_optimum_reaches_it():

@@ -167,13 +167,18 @@ def least_budget(spec: ModelSpec, seconds: float = _SECONDS, if_over: bool = Fal
     return lo + 1
 
 
-def moment_plans(spec: ModelSpec, count: int = _INTEGER,
-                 seconds: float = _SECONDS) -> tuple[list[tuple[int, np.ndarray]], float]:
-    """([(x, the operations to compute again after x's first computation)], seconds every schedule needs): the
-    points of the recompute bound's integer programme at the `count` candidate moments whose LP values are
-    largest, most first, and the bound they prove (the work plus the largest dual bound). What the cheapest
-    relaxed schedule drops at its tightest moment: a seed for a real schedule (`rounding.lp_rounding` repairs it
-    in the simulator), which then starts close to the bound. ([], 0) where the recompute bound does not apply."""
+def moment_plans(spec: ModelSpec, count: int = _INTEGER, seconds: float = _SECONDS,
+                 chain_seconds: float = 0.0) -> tuple[list[list[tuple[int, np.ndarray]]], float]:
+    """([plan], seconds every schedule needs), a plan being [(moment x, the operations to drop at x)]: the points
+    of the recompute bound's integer programme at the `count` candidate moments whose LP values are largest,
+    most first, one moment each, dropping what they compute again after it; then, with `chain_seconds`, the
+    coupled programme's point over the chain of moments through the best of them, where it proves more than
+    they do, dropping at each moment what it does not hold there (where one moment's plan drops at the peak what
+    later moments lack room to keep: bert at 40% of its keep-everything memory, 1.5305x of its time repaired
+    and polished, where no single moment's plan can be repaired; dropping only what it computes again after
+    each moment, none can either); and the bound they prove (the work plus the largest dual bound). Seeds for
+    real schedules (`rounding.lp_rounding` repairs them in the simulator), which then start close to the bound.
+    ([], 0) where the recompute bound does not apply."""
     needed = _needed(spec)
     d = _sole_device(spec, needed)
     if d is None:
@@ -182,15 +187,26 @@ def moment_plans(spec: ModelSpec, count: int = _INTEGER,
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
     lp, anc = _ranked(spec, d, needed, dst, seconds)
     out, extra = [], 0.0
-    for k, (val, x, (problem, r)) in enumerate(lp[:count]):
+    single = {x: val for val, x, _ in lp}
+    for k, (val, x, (problem, cols)) in enumerate(lp[:count]):
         if not 0 < val < np.inf:
             continue
         left = seconds - (time.perf_counter() - t0)
         bound, z = _solve(problem, True, max(left, 0.01) / (min(count, len(lp)) - k), point=True)
-        extra = max(extra, bound)
+        extra, single[x] = max(extra, bound), max(val, bound)
         if z is not None:
+            r = cols[1][0]
             v = np.flatnonzero(r >= 0)
-            out.append((x, v[z[r[v]] > 0.5]))
+            out.append([(x, v[z[r[v]] > 0.5])])
+    top = max(single, key=single.get, default=None)
+    chain = _chain(spec, top, list(single), anc) if chain_seconds > 0 and out else []
+    if len(chain) > 1:
+        problem, cols = _coupled(spec, d, chain, needed, dst, anc, single)
+        bound, z = _solve(problem, True, chain_seconds, point=True)
+        if z is not None and bound > extra * (1 + 1e-6):
+            S = cols[0]
+            out.append([(x, np.flatnonzero((S[j] >= 0) & (z[S[j]] < 0.5))) for j, x in enumerate(chain)])
+        extra = max(extra, bound)
     return out, (float(np.nan_to_num(spec.ccost[d, needed]).sum()) + extra) / TIME_SCALE
 
 
@@ -480,24 +496,23 @@ def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
 
 
 def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray, dst: np.ndarray, anc: np.ndarray, free: bool = True):
-    """(the integer programme at operation x (`anc`: its ancestors) as arrays, its column r[v] per operation
-    (`_coupled`'s R[0])), or None when x has no ancestors or cannot hold (x's inputs, output and workspace over the
-    budget: `nofit` says so)."""
+    """(the integer programme at operation x (`anc`: its ancestors) as arrays, its columns (`_coupled`'s S, R)),
+    or None when x has no ancestors or cannot hold (x's inputs, output and workspace over the budget: `nofit`
+    says so)."""
     inputs = spec.in_idx[spec.in_ptr[x]:spec.in_ptr[x + 1]]
     if not anc.any() or spec.nbytes[inputs].sum() > spec.budget[d] - spec.nbytes[x] - spec.ws[x]:
         return None
-    problem, R = _coupled(spec, d, [x], needed, dst, {x: anc}, {}, free)
-    return problem, R[0]
+    return _coupled(spec, d, [x], needed, dst, {x: anc}, {}, free)
 
 
 def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst: np.ndarray, anc: dict,
              single: dict, free: bool = True):
-    """(the integer programme over the chain's moments (see the module docstring) as arrays, R): per moment j,
-    for each ancestor of x_j and each operation neither before nor after it in every order (free), s_j[v]
-    (resident at x_j) and r_j[v] (computed again before x_{j+1}, or after x_k for the last; the column R[j, v]),
-    and for each free one p_j[v] (computed before x_j). `single[x]`: what every schedule recomputes after x, a row
-    where known. `free` False leaves the free operations out (a weaker programme, several times faster to
-    prove infeasible)."""
+    """(the integer programme over the chain's moments (see the module docstring) as arrays, (S, R)): per moment
+    j, for each ancestor of x_j and each operation neither before nor after it in every order (free), s_j[v]
+    (resident at x_j; the column S[j, v]) and r_j[v] (computed again before x_{j+1}, or after x_k for the last;
+    the column R[j, v]), and for each free one p_j[v] (computed before x_j). `single[x]`: what every schedule
+    recomputes after x, a row where known. `free` False leaves the free operations out (a weaker programme,
+    several times faster to prove infeasible)."""
     n, k, src = spec.n, len(chain), spec.in_idx
     # pre[j, v]: 1 v is computed before x_j in every schedule of the chain's order (an ancestor of x_j, or an
     # earlier moment or its ancestor), -1 either way (a column p_j[v]), 0 neither (after it, x_j itself, or no
@@ -612,7 +627,7 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
     rows, cols, vals = np.concatenate(ri), np.concatenate(ci), np.concatenate(vi)
     by = np.argsort(rows, kind="stable")
     start = np.searchsorted(rows[by], np.arange(len(lo) + 1))
-    return (cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]), R
+    return (cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]), (S, R)
 
 
 def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: float | None = None,
