@@ -492,8 +492,7 @@ def test_the_chain_plan_drops_what_the_coupled_point_does_not_hold_and_fits_wher
     assert {"e", "p", "q"} <= drops["big1"] and "e" in drops["big2"]
     # no chain where it proves no more than one moment: room for everything
     assert all(len(plan) == 1 for plan in moment_plans(make_spec(g, one_gpu(40), swap=False), chain_seconds=5.0)[0])
-    found, _ = rounding._seeded(g, one_gpu(15), make_spec(g, one_gpu(15), swap=False), "gpu0", 2,
-                                time.perf_counter() + 30, math.inf)
+    found, _ = rounding._seeded(g, one_gpu(15), spec, "gpu0", 2, time.perf_counter() + 30, math.inf)
     by_seed = {seed: (r.makespan, repaired) for _, r, repaired, *_, seed in found}
     assert by_seed["bound at " + ", ".join(ids[x] for x in moments)] == (pytest.approx(12.0), False)
     assert all(repaired for seed, (_, repaired) in by_seed.items() if "," not in seed)

@@ -198,10 +198,9 @@ def moment_plans(spec: ModelSpec, count: int = _INTEGER, seconds: float = _SECON
             r = cols[1][0]
             v = np.flatnonzero(r >= 0)
             out.append([(x, v[z[r[v]] > 0.5])])
-    top = max(single, key=single.get, default=None)
-    chain = _chain(spec, top, list(single), anc) if chain_seconds > 0 and out else []
-    if len(chain) > 1:
-        problem, cols = _coupled(spec, d, chain, needed, dst, anc, single)
+    coupled = _through_best(spec, d, needed, dst, anc, single) if chain_seconds > 0 and out else None
+    if coupled is not None:
+        chain, problem, cols = coupled
         bound, z = _solve(problem, True, chain_seconds, point=True)
         if z is not None and bound > extra * (1 + 1e-6):
             S = cols[0]
@@ -366,9 +365,10 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     top = max(single, key=single.get)
     best, at = single[top], (top,)
     if single[top] > 0 and (reach is None or single[top] < reach):
-        chain = _chain(spec, top, list(single), anc)
-        if len(chain) > 1:
-            val = _solve(_coupled(spec, d, chain, needed, dst, anc, single)[0], True, _COUPLED)
+        coupled = _through_best(spec, d, needed, dst, anc, single)
+        if coupled is not None:
+            chain, problem, _ = coupled
+            val = _solve(problem, True, _COUPLED)
             if val > best * (1 + 1e-9):
                 best, at = val, tuple(chain)
     if reach is None or not 0 < best < reach:
@@ -493,6 +493,13 @@ def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
         keep = set(np.linspace(0, len(chain) - 1, _MOMENTS - 1).round().astype(int).tolist()) | {i}
         chain = [x for j, x in enumerate(chain) if j in keep]
     return chain
+
+
+def _through_best(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict):
+    """(the chain of candidate moments through the one whose own bound `single[x]` is largest (`_chain`), the
+    coupled programme over it and its columns (`_coupled`)), or None where that chain is the one moment."""
+    chain = _chain(spec, max(single, key=single.get), list(single), anc)
+    return (chain, *_coupled(spec, d, chain, needed, dst, anc, single)) if len(chain) > 1 else None
 
 
 def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray, dst: np.ndarray, anc: np.ndarray, free: bool = True):
