@@ -172,8 +172,8 @@ def moment_plans(spec: ModelSpec, count: int = _INTEGER, seconds: float = _SECON
     """([plan], seconds every schedule needs), a plan being [(moment x, the operations to drop at x)]: the points
     of the recompute bound's integer programme at the `count` candidate moments whose LP values are largest,
     most first, one moment each, dropping what they compute again after it; then, with `chain_seconds`, the
-    coupled programme's point over the chain of moments through the best of them, where it proves more than
-    they do, dropping at each moment what it does not hold there (where one moment's plan drops at the peak what
+    coupled programme's optimal point over the chain of moments through the best of them, where it proves more
+    than they do, dropping at each moment what it does not hold there (where one moment's plan drops at the peak what
     later moments lack room to keep: bert at 40% of its keep-everything memory, 1.5305x of its time repaired
     and polished, where no single moment's plan can be repaired; dropping only what it computes again after
     each moment, none can either); and the bound they prove (the work plus the largest dual bound). Seeds for
@@ -202,7 +202,10 @@ def moment_plans(spec: ModelSpec, count: int = _INTEGER, seconds: float = _SECON
     if coupled is not None:
         chain, problem, cols = coupled
         bound, z = _solve(problem, True, chain_seconds, point=True)
-        if z is not None and bound > extra * (1 + 1e-6):
+        # only an optimal point: one cut off by the time limit depends on the machine's speed, and so would the
+        # schedule (on a 40-node random graph the programme's root takes over 5 s)
+        optimal = z is not None and float(problem[0] @ z) <= bound * (1 + 1e-6) + 1e-9
+        if optimal and bound > extra * (1 + 1e-6):
             S = cols[0]
             out.append([(x, np.flatnonzero((S[j] >= 0) & (z[S[j]] < 0.5))) for j, x in enumerate(chain)])
         extra = max(extra, bound)
