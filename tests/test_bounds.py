@@ -12,19 +12,20 @@ import time
 from dataclasses import replace
 from functools import partial
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from milp_graphs import gpu_host, one_gpu, small_dag, two_gpus
+from milp_graphs import captured_mlp, gpu_host, ke_peak, one_gpu, small_dag, two_gpus
 from strategies import random_dags, seeded_training_graphs, training_graphs
 
 from optsched.errors import InfeasibleError
 from optsched.graph import Graph, Node, check_graph, largest_operation
-from optsched.schedule import Compute, Free, Schedule
+from optsched.schedule import Compute, Free, Schedule, Sync
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, bounds, rounding, solve
 from optsched.solvers.bounds import least_budget, lower_bounds, moment_plans
-from optsched.solvers.milp_model import make_spec
+from optsched.solvers.milp_model import TIME_SCALE, make_spec
 
 
 def exhaustive(graph: Graph, budget: int) -> tuple[float, list] | None:
@@ -498,8 +499,135 @@ def test_the_chain_plan_drops_what_the_coupled_point_does_not_hold_and_fits_wher
     assert all(repaired for seed, (_, repaired) in by_seed.items() if "," not in seed)
 
 
+def _as_point(g, spec, chain, columns, schedule) -> np.ndarray:
+    """A schedule on the sole device as a point of the coupled programme over `chain` (`bounds._coupled`): S[j, v]
+    v resident while x_j is first computed, P[j, v] v computed before, R[j, v] v computed again, after a computation
+    before x_j, before x_{j+1} is first computed (after x_j for the last). Resident under the simulator's rules: a
+    `free` releases once the computations before it in the list that read the value are done, and no earlier than
+    the last `sync` before it."""
+    S, R, P = columns
+    index = {v: i for i, v in enumerate(g.arrays.ids)}
+    computes = [(k, index[ins.node]) for k, ins in enumerate(schedule.instructions) if isinstance(ins, Compute)]
+    # per computation of v (its place among the computations): the last computation during which v stays resident
+    held_until = {}
+    open_, last_read, barrier, step = {}, {}, -1, 0
+    for ins in schedule.instructions:
+        if isinstance(ins, Sync):
+            barrier = step - 1
+        elif isinstance(ins, Free):
+            v = index[ins.node]
+            if v in open_:
+                held_until[open_.pop(v)] = max(last_read.get(v, -1), barrier)
+        elif isinstance(ins, Compute):
+            v = index[ins.node]
+            for u in g.arrays.inputs_of(v).tolist():
+                last_read[u] = step
+            open_[v], last_read[v] = step, step
+            step += 1
+    for c in open_.values():
+        held_until[c] = len(computes)
+    z = np.zeros(int(max(S.max(), R.max(), P.max())) + 1)
+    computed = np.zeros(spec.n, dtype=bool)
+    before, j = computed, -1        # before: computed before x_j
+    for c, (_, v) in enumerate(computes):
+        if j + 1 < len(chain) and v == chain[j + 1] and not computed[v]:
+            j += 1
+            before = computed.copy()
+            resident = np.zeros(spec.n, dtype=bool)
+            for c2, (_, u) in enumerate(computes[:c]):
+                resident[u] |= held_until[c2] >= c
+            for cols, value in ((S, resident), (P, before)):
+                on = cols[j] >= 0
+                z[cols[j, on]] = value[on]
+        elif j >= 0 and before[v] and R[j, v] >= 0:
+            z[R[j, v]] = 1.0
+        computed[v] = True
+    assert j == len(chain) - 1
+    return z
+
+
+def _assert_a_point(g, cl, spec, chain, programme, sched, name) -> None:
+    """The schedule, valid, is a point of the programme (`bounds._coupled`'s output) costing at most its
+    recomputation time."""
+    (cost, lb, ub, lo, hi, start, idx, val), columns = programme
+    r = simulate(g, cl, sched)
+    assert r.valid, name
+    z = _as_point(g, spec, chain, columns, sched)
+    act = np.bincount(np.repeat(np.arange(lo.size), np.diff(start)), weights=val * z[idx], minlength=lo.size)
+    assert ((lb <= z) & (z <= ub)).all(), name
+    bad = np.flatnonzero((act < lo - 1e-6) | (act > hi + 1e-6))
+    assert not bad.size, (name, bad, act[bad], lo[bad], hi[bad])
+    assert float(cost @ z) / TIME_SCALE <= r.recompute_time * (1 + 1e-9) + 1e-12, name
+
+
+def test_the_milp_schedule_of_a_captured_mlp_is_a_point_of_the_coupled_programme_at_every_backward_moment():
+    # the 8-layer MLP at 70% of its keep-everything memory: the moments of the longest path down from the one where
+    # keep-everything holds the most, every one of them, and their own bounds; the MILP's and lp-rounding's
+    # schedules recompute there
+    g = captured_mlp(8)
+    cl = one_gpu(int(0.7 * ke_peak(g)))
+    spec = make_spec(g, cl, swap=False)
+    needed = bounds._needed(spec)
+    d = bounds._sole_device(spec, needed)
+    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
+    chain = [int(bounds._candidates(spec, needed, dst)[0])]
+    while (outs := [w for w in spec.out_idx[spec.out_ptr[chain[-1]]:spec.out_ptr[chain[-1] + 1]] if needed[w]]):
+        chain.append(max(outs, key=lambda w: bounds._reach(spec.out_ptr, spec.out_idx, w, spec.n).sum()))
+    assert len(chain) > 10
+    anc = {x: bounds._reach(spec.in_ptr, spec.in_idx, x, spec.n) for x in chain}
+    single = {x: bounds._solve(at[0], True, 10.0) for x in chain
+              if (at := bounds._at(spec, d, x, needed, dst, anc[x])) is not None}
+    assert max(single.values()) > 0
+    programme = bounds._coupled(spec, d, chain, needed, dst, anc, single)
+    for name in ("lp-rounding", "milp"):
+        sched = solve(g, cl, name, SolveOptions(swap=False, time_limit=30, threads=1))
+        assert simulate(g, cl, sched).recomputed > 0
+        _assert_a_point(g, cl, spec, chain, programme, sched, name)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=seeded_training_graphs(max_forward=16), frac=st.floats(0.3, 0.9), seed=st.integers(0, 2**31 - 1),
+       free=st.booleans())
+def test_every_solver_schedule_is_a_point_of_the_coupled_programme_over_any_chain_of_moments(g, frac, seed, free):
+    # every row of the programme holds at every valid schedule, the moments' own bounds included, and the point
+    # costs at most the schedule's recomputation time: so the programme's optimum bounds every schedule's
+    # a budget between the least at which a schedule may fit and keep-everything's peak
+    ke = simulate(g, one_gpu(10**15), solve(g, one_gpu(10**15), "keep-everything")).peak["gpu0"]
+    least = least_budget(make_spec(g, one_gpu(ke), swap=False))
+    cl = one_gpu(int(least + frac * (ke - least)))
+    spec = make_spec(g, cl, swap=False)
+    needed = bounds._needed(spec)
+    d = bounds._sole_device(spec, needed)
+    rng = np.random.default_rng(seed)
+    # a random chain, each moment an ancestor of the next: a walk down the graph, thinned
+    walk = [int(rng.choice(np.flatnonzero(needed)))]
+    while (outs := [w for w in spec.out_idx[spec.out_ptr[walk[-1]]:spec.out_ptr[walk[-1] + 1]] if needed[w]]):
+        walk.append(int(rng.choice(outs)))
+    anc = {x: bounds._reach(spec.in_ptr, spec.in_idx, x, spec.n) for x in walk}
+    walk = [x for x in walk if anc[x].any()]
+    assume(walk)
+    chain = sorted(rng.choice(walk, size=int(rng.integers(1, min(len(walk), 6) + 1)), replace=False).tolist(),
+                   key=walk.index)
+    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
+    single = {}
+    for x in chain:
+        at = bounds._at(spec, d, x, needed, dst, anc[x], free)
+        if at is not None:
+            single[x] = bounds._solve(at[0], True, 10.0)
+    programme = bounds._coupled(spec, d, chain, needed, dst, anc, single, free)
+    schedules = 0
+    for name in ("chen-greedy", "dtr", "heuristic", "lp-rounding", "milp"):
+        try:
+            sched = solve(g, cl, name, SolveOptions(swap=False, time_limit=5, threads=1))
+        except InfeasibleError:
+            continue
+        _assert_a_point(g, cl, spec, chain, programme, sched, name)
+        schedules += 1
+    event(f"schedules {schedules}")
+    event(f"moments {len(chain)}")
+
+
 def test_a_cutoff_proves_only_whether_the_optimum_reaches_it():
-    import numpy as np
 
     # min x0 + x1 over binaries with x0 + x1 >= 1.5: the optimum is 2
     problem = (np.ones(2), np.zeros(2), np.ones(2), np.array([1.5]), np.array([np.inf]), np.array([0, 2]),

@@ -506,7 +506,7 @@ def _through_best(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, 
 
 
 def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray, dst: np.ndarray, anc: np.ndarray, free: bool = True):
-    """(the integer programme at operation x (`anc`: its ancestors) as arrays, its columns (`_coupled`'s S, R)),
+    """(the integer programme at operation x (`anc`: its ancestors) as arrays, its columns (`_coupled`'s S, R, P)),
     or None when x has no ancestors or cannot hold (x's inputs, output and workspace over the budget: `nofit`
     says so)."""
     inputs = spec.in_idx[spec.in_ptr[x]:spec.in_ptr[x + 1]]
@@ -517,10 +517,11 @@ def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray, dst: np.ndarray, an
 
 def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst: np.ndarray, anc: dict,
              single: dict, free: bool = True):
-    """(the integer programme over the chain's moments (see the module docstring) as arrays, (S, R)): per moment
-    j, for each ancestor of x_j and each operation neither before nor after it in every order (free), s_j[v]
-    (resident at x_j; the column S[j, v]) and r_j[v] (computed again before x_{j+1}, or after x_k for the last;
-    the column R[j, v]), and for each free one p_j[v] (computed before x_j). `single[x]`: what every schedule
+    """(the integer programme over the chain's moments (see the module docstring) as arrays, (S, R, P)): per
+    moment j, for each ancestor of x_j and each operation neither before nor after it in every order (free),
+    s_j[v] (resident at x_j; the column S[j, v]) and r_j[v] (computed again before x_{j+1}, or after x_k for the
+    last; the column R[j, v]), and for each free one p_j[v] (computed before x_j; the column P[j, v]); -1 where
+    there is no such column. `single[x]`: what every schedule
     recomputes after x, a row where known. `free` False leaves the free operations out (a weaker programme,
     several times faster to prove infeasible)."""
     n, k, src = spec.n, len(chain), spec.in_idx
@@ -637,7 +638,7 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
     rows, cols, vals = np.concatenate(ri), np.concatenate(ci), np.concatenate(vi)
     by = np.argsort(rows, kind="stable")
     start = np.searchsorted(rows[by], np.arange(len(lo) + 1))
-    return (cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]), (S, R)
+    return (cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]), (S, R, P)
 
 
 def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: float | None = None,
