@@ -1,7 +1,7 @@
 """The lower bounds of `optsched.solvers.bounds` hold for every schedule, not only the MILP's: checked against the
 exhaustive optimum over all schedules on one device for tiny graphs (a search written from the schedule contract,
-its optimum replayed in the simulator), against every solver's schedules, and shown tight where recomputation is
-forced."""
+its optimum replayed in the simulator), against every solver's schedules (each also a point of the coupled
+programme, row by row), and shown tight where recomputation is forced."""
 
 from __future__ import annotations
 
@@ -507,7 +507,7 @@ def _as_point(g, spec, chain, columns, schedule) -> np.ndarray:
     the last `sync` before it."""
     S, R, P = columns
     index = {v: i for i, v in enumerate(g.arrays.ids)}
-    computes = [(k, index[ins.node]) for k, ins in enumerate(schedule.instructions) if isinstance(ins, Compute)]
+    computes = [index[ins.node] for ins in schedule.instructions if isinstance(ins, Compute)]
     # per computation of v (its place among the computations): the last computation during which v stays resident
     held_until = {}
     open_, last_read, barrier, step = {}, {}, -1, 0
@@ -529,12 +529,12 @@ def _as_point(g, spec, chain, columns, schedule) -> np.ndarray:
     z = np.zeros(int(max(S.max(), R.max(), P.max())) + 1)
     computed = np.zeros(spec.n, dtype=bool)
     before, j = computed, -1        # before: computed before x_j
-    for c, (_, v) in enumerate(computes):
+    for c, v in enumerate(computes):
         if j + 1 < len(chain) and v == chain[j + 1] and not computed[v]:
             j += 1
             before = computed.copy()
             resident = np.zeros(spec.n, dtype=bool)
-            for c2, (_, u) in enumerate(computes[:c]):
+            for c2, u in enumerate(computes[:c]):
                 resident[u] |= held_until[c2] >= c
             for cols, value in ((S, resident), (P, before)):
                 on = cols[j] >= 0
@@ -560,7 +560,7 @@ def _assert_a_point(g, cl, spec, chain, programme, sched, name) -> None:
     assert float(cost @ z) / TIME_SCALE <= r.recompute_time * (1 + 1e-9) + 1e-12, name
 
 
-def test_the_milp_schedule_of_a_captured_mlp_is_a_point_of_the_coupled_programme_at_every_backward_moment():
+def test_the_schedules_of_a_captured_mlp_are_points_of_the_coupled_programme_at_every_backward_moment():
     # the 8-layer MLP at 70% of its keep-everything memory: the moments of the longest path down from the one where
     # keep-everything holds the most, every one of them, and their own bounds; the MILP's and lp-rounding's
     # schedules recompute there
