@@ -506,10 +506,10 @@ def _as_point(g, spec, chain, columns, schedule) -> np.ndarray:
     `free` releases once the computations before it in the list that read the value are done, and no earlier than
     the last `sync` before it."""
     S, R, P = columns
-    index = {v: i for i, v in enumerate(g.arrays.ids)}
-    computes = [index[ins.node] for ins in schedule.instructions if isinstance(ins, Compute)]
-    # per computation of v (its place among the computations): the last computation during which v stays resident
-    held_until = {}
+    index = g.arrays.index
+    computes = np.array([index[ins.node] for ins in schedule.instructions if isinstance(ins, Compute)])
+    # per computation (its place among them): the last computation during which its value stays resident
+    held_until = np.full(computes.size, computes.size)
     open_, last_read, barrier, step = {}, {}, -1, 0
     for ins in schedule.instructions:
         if isinstance(ins, Sync):
@@ -524,18 +524,15 @@ def _as_point(g, spec, chain, columns, schedule) -> np.ndarray:
                 last_read[u] = step
             open_[v], last_read[v] = step, step
             step += 1
-    for c in open_.values():
-        held_until[c] = len(computes)
     z = np.zeros(int(max(S.max(), R.max(), P.max())) + 1)
     computed = np.zeros(spec.n, dtype=bool)
     before, j = computed, -1        # before: computed before x_j
-    for c, v in enumerate(computes):
+    for c, v in enumerate(computes.tolist()):
         if j + 1 < len(chain) and v == chain[j + 1] and not computed[v]:
             j += 1
             before = computed.copy()
             resident = np.zeros(spec.n, dtype=bool)
-            for c2, u in enumerate(computes[:c]):
-                resident[u] |= held_until[c2] >= c
+            resident[computes[:c][held_until[:c] >= c]] = True
             for cols, value in ((S, resident), (P, before)):
                 on = cols[j] >= 0
                 z[cols[j, on]] = value[on]
@@ -560,6 +557,21 @@ def _assert_a_point(g, cl, spec, chain, programme, sched, name) -> None:
     assert float(cost @ z) / TIME_SCALE <= r.recompute_time * (1 + 1e-9) + 1e-12, name
 
 
+def _walk_down(spec, needed, start: int, pick) -> list[int]:
+    """`start` and, from each operation, the reader `pick(readers)` chooses among those some result needs, to the
+    end: each an ancestor of the next."""
+    walk = [start]
+    while (outs := [w for w in spec.out_idx[spec.out_ptr[walk[-1]]:spec.out_ptr[walk[-1] + 1]] if needed[w]]):
+        walk.append(int(pick(outs)))
+    return walk
+
+
+def _own_bounds(spec, d, moments, needed, dst, anc, free: bool = True) -> dict:
+    """Each moment's own recompute bound (its integer programme's, `_at`), where it has one."""
+    return {x: bounds._solve(at[0], True, 10.0) for x in moments
+            if (at := bounds._at(spec, d, x, needed, dst, anc[x], free)) is not None}
+
+
 def test_the_schedules_of_a_captured_mlp_are_points_of_the_coupled_programme_at_every_backward_moment():
     # the 8-layer MLP at 70% of its keep-everything memory: the moments of the longest path down from the one where
     # keep-everything holds the most, every one of them, and their own bounds; the MILP's and lp-rounding's
@@ -570,13 +582,11 @@ def test_the_schedules_of_a_captured_mlp_are_points_of_the_coupled_programme_at_
     needed = bounds._needed(spec)
     d = bounds._sole_device(spec, needed)
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
-    chain = [int(bounds._candidates(spec, needed, dst)[0])]
-    while (outs := [w for w in spec.out_idx[spec.out_ptr[chain[-1]]:spec.out_ptr[chain[-1] + 1]] if needed[w]]):
-        chain.append(max(outs, key=lambda w: bounds._reach(spec.out_ptr, spec.out_idx, w, spec.n).sum()))
+    chain = _walk_down(spec, needed, int(bounds._candidates(spec, needed, dst)[0]),
+                       lambda outs: max(outs, key=lambda w: bounds._reach(spec.out_ptr, spec.out_idx, w, spec.n).sum()))
     assert len(chain) > 10
     anc = {x: bounds._reach(spec.in_ptr, spec.in_idx, x, spec.n) for x in chain}
-    single = {x: bounds._solve(at[0], True, 10.0) for x in chain
-              if (at := bounds._at(spec, d, x, needed, dst, anc[x])) is not None}
+    single = _own_bounds(spec, d, chain, needed, dst, anc)
     assert max(single.values()) > 0
     programme = bounds._coupled(spec, d, chain, needed, dst, anc, single)
     for name in ("lp-rounding", "milp"):
@@ -604,23 +614,15 @@ def test_every_solver_schedule_is_a_point_of_the_coupled_programme_over_its_orde
     rng = np.random.default_rng(seed)
     anc = {x: bounds._reach(spec.in_ptr, spec.in_idx, x, spec.n) for x in np.flatnonzero(needed).tolist()}
     # a random chain: a walk down the graph, thinned; and a few moments anywhere
-    walk = [int(rng.choice(np.flatnonzero(needed)))]
-    while (outs := [w for w in spec.out_idx[spec.out_ptr[walk[-1]]:spec.out_ptr[walk[-1] + 1]] if needed[w]]):
-        walk.append(int(rng.choice(outs)))
-    walk = [x for x in walk if anc[x].any()]
+    walk = [x for x in _walk_down(spec, needed, int(rng.choice(np.flatnonzero(needed))), rng.choice) if anc[x].any()]
     assume(walk)
     chain = sorted(rng.choice(walk, size=int(rng.integers(1, min(len(walk), 6) + 1)), replace=False).tolist(),
                    key=walk.index)
     anywhere = [x for x, a in anc.items() if a.any()]
     moments = rng.choice(anywhere, size=min(len(anywhere), int(rng.integers(2, 6))), replace=False).tolist()
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
-    single = {}
-    for x in set(chain) | set(moments):
-        at = bounds._at(spec, d, x, needed, dst, anc[x], free)
-        if at is not None:
-            single[x] = bounds._solve(at[0], True, 10.0)
+    single = _own_bounds(spec, d, set(chain) | set(moments), needed, dst, anc, free)
     programme = bounds._coupled(spec, d, chain, needed, dst, anc, single, free)
-    ids = {v: i for i, v in enumerate(g.arrays.ids)}
     schedules = 0
     for name in ("chen-greedy", "dtr", "heuristic", "lp-rounding", "milp"):
         try:
@@ -631,7 +633,7 @@ def test_every_solver_schedule_is_a_point_of_the_coupled_programme_over_its_orde
         first = {}
         for k, ins in enumerate(sched.instructions):
             if isinstance(ins, Compute):
-                first.setdefault(ids[ins.node], k)
+                first.setdefault(g.arrays.index[ins.node], k)
         order = sorted(moments, key=first.__getitem__)
         _assert_a_point(g, cl, spec, order, bounds._coupled(spec, d, order, needed, dst, anc, single, free), sched,
                         name)

@@ -521,9 +521,8 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
     moment j, for each ancestor of x_j and each operation neither before nor after it in every order (free),
     s_j[v] (resident at x_j; the column S[j, v]) and r_j[v] (computed again before x_{j+1}, or after x_k for the
     last; the column R[j, v]), and for each free one p_j[v] (computed before x_j; the column P[j, v]); -1 where
-    there is no such column. `single[x]`: what every schedule
-    recomputes after x, a row where known. `free` False leaves the free operations out (a weaker programme,
-    several times faster to prove infeasible)."""
+    there is no such column. `single[x]`: what every schedule recomputes after x, a row where known. `free` False
+    leaves the free operations out (a weaker programme, several times faster to prove infeasible)."""
     n, k, src = spec.n, len(chain), spec.in_idx
     # pre[j, v]: 1 v is computed before x_j in every schedule of the chain's order (an ancestor of x_j, or an
     # earlier moment or its ancestor), -1 either way (a column p_j[v]), 0 neither (after it, x_j itself, or no
