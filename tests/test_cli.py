@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from optsched.cli import main
 from optsched.formats import graph_to_dict, load_graph, load_schedule, save_graph
 from optsched.generate import chain_graph
 from optsched.graph import drop_unneeded, memory_lower_bound
+from optsched.schedule import SolveReport
 
 
 @pytest.fixture
@@ -421,3 +423,32 @@ def test_solve_does_not_import_torch(graph_file):
             "sys.exit(rc or ('torch' in sys.modules and 3))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_solve_says_where_its_bound_comes_from(capsys):
+    # one device, no copies: the recompute bound every schedule obeys proves the MILP's schedule optimal
+    code, out, err = run(capsys, "solve", "example:tiny", "--mem", "1.1MB", "--devices", "1", "--no-swap",
+                         "--no-host-compute", "--json")
+    assert code == 0, err
+    sv = json.loads(out)["solver"]
+    assert sv["status"] == "optimal" and sv["bound_from"].endswith("holds for every schedule")
+    # a heuristic reports no bound, so nothing to attribute
+    code, out, err = run(capsys, "solve", "example:tiny", "--mem", "1.1MB", "--solver", "heuristic", "--json")
+    assert code == 0 and json.loads(out)["solver"]["bound_from"] is None, err
+    code, out, err = run(capsys, "solve", "example:tiny", "--mem", "1.1MB", "--devices", "1", "--no-swap",
+                         "--no-host-compute")
+    line = next(x for x in out.splitlines() if x.startswith("solver milp: "))
+    assert "bound 85.0 us (the work and the recomputation memory forces; holds for every schedule)" in line
+
+
+def test_the_bound_is_attributed_to_the_term_that_reaches_it():
+    from optsched.cli import _bound_from
+
+    lb = {"chain": 2.0, "work": 1.0, "recompute": None, "floor": 2.0}
+    rep = SolveReport("milp", "time_limit", objective=3.0, bound=2.0, extra={"lower_bounds": lb})
+    assert _bound_from(rep).startswith("longest dependency chain")
+    assert _bound_from(replace(rep, extra={"lower_bounds": {**lb, "work": 3.0, "floor": 3.0}})).startswith(
+        "the work spread over the devices")
+    # above every schedule's bound: the solver's own, which holds only in its stage model
+    assert _bound_from(replace(rep, bound=2.5)).startswith("the MILP's dual bound")
+    assert _bound_from(replace(rep, bound=None)) is None and _bound_from(replace(rep, extra={})) is None
