@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from milp_graphs import captured_mlp, gpu_host, ke_peak, one_gpu, small_dag, two_gpus
 from strategies import random_dags, seeded_training_graphs, training_graphs
 
+from optsched import generate
 from optsched.errors import InfeasibleError
 from optsched.graph import Graph, Node, check_graph, largest_operation
 from optsched.schedule import Compute, Free, Schedule, Sync
@@ -460,7 +461,10 @@ def test_the_blocking_moment_charges_the_third_computation_the_peaks_moment_leav
     blocking = partial(bounds.blocking_moments, spec, g.arrays.ids, steps)
     b = lower_bounds(spec, target=20.0, blocking=blocking, blocking_seconds=10)
     assert b["floor"] == pytest.approx(best)
-    assert [g.arrays.ids[v] for v in b["at"]] == [*(g.arrays.ids[v] for v in alone["at"]), "big2"]
+    # gp, which reads big1's output beside p, is tried first (`_reader`), and alone raises nothing
+    assert [g.arrays.ids[v] for v in b["at"]] == [*(g.arrays.ids[v] for v in alone["at"]), "gp", "big2"]
+    assert lower_bounds(spec, target=20.0, blocking=lambda: [], blocking_seconds=10)["floor"] \
+        == pytest.approx(alone["floor"])
     # no time for them, or the target reached already: nothing changes
     assert lower_bounds(spec, target=20.0, blocking=blocking)["floor"] == pytest.approx(alone["floor"])
     assert lower_bounds(spec, target=alone["floor"] * 0.9, blocking=blocking, blocking_seconds=10)["floor"] \
@@ -472,6 +476,24 @@ def test_the_blocking_moment_charges_the_third_computation_the_peaks_moment_leav
     assert s.report.status == "optimal" and s.report.gap <= 0.01
     assert best * 0.99 <= s.report.bound * (1 + 1e-6) and s.report.bound > alone["floor"] + 0.5
     assert s.report.extra["lower_bounds"]["at"][-1] == "big2"
+
+
+def test_the_weight_gradient_read_beside_a_moments_output_comes_first_in_the_orders(monkeypatch):
+    # gp3 reads g3 with f1 and f2, which the chain's moments need not hold together: first in the orders, it
+    # raises the bound, which stays under the exhaustive optimum
+    monkeypatch.setattr(bounds, "_ORDER_NEAR", 1.0)
+    g = generate.random_training_graph(4, 4)
+    ids = g.arrays.ids
+    found = exhaustive(g, 240_800)
+    spec = make_spec(g, one_gpu(240_800), swap=False)
+    chain = [ids.index(v) for v in ("f0", "f1", "f2", "f3", "loss", "g3", "g2", "g1", "g0")]
+    anc = {x: bounds._reach(spec.in_ptr, spec.in_idx, x, spec.n) for x in chain}
+    assert [ids[w] for w in bounds._reader(spec, bounds._needed(spec), chain, anc)] == ["gp3"]
+    with_it = lower_bounds(spec, target=10 * found[0], blocking=lambda: [], blocking_seconds=10)
+    assert "gp3" in [ids[x] for x in with_it["at"]]
+    monkeypatch.setattr(bounds, "_reader", lambda *a: [])
+    without = lower_bounds(spec, target=10 * found[0], blocking=lambda: [], blocking_seconds=10)
+    assert without["floor"] * 1.02 < with_it["floor"] <= found[0] * (1 + 1e-9)
 
 
 def test_the_chain_plan_drops_what_the_coupled_point_does_not_hold_and_fits_where_one_moment_needs_repair():
@@ -694,8 +716,6 @@ def test_a_ctrl_c_during_the_orders_stops_the_milp_with_its_warm_start(monkeypat
     # and the warm start comes back marked interrupted, valid
     import importlib
     import time
-
-    from optsched import generate
 
     M = importlib.import_module("optsched.solvers.milp")
     real, seen = M.lower_bounds, []
