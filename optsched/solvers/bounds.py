@@ -40,10 +40,10 @@ branch and bound closes slowly.
   bound stays a row only where no later moment lies beside it, whose descendants its own bound may have counted.
   Where GPT-2's GELU backward reads the activations the moment plan recomputes, whichever of its operations comes
   first holds more than the single moment allowed (GPT-2 at 35% of its keep-everything memory: 1.2973x ->
-  1.2980x of keep-everything's time, in 18 s over 5 orders of 3 operations). The orders start with the operation
-  that reads a moment's output beside the most other bytes and need not come before the next moment (`_reader`):
-  a weight gradient holds the gradient a moment made together with an activation the chain may have dropped
-  (BERT at 40%: the classifier's weight gradient, 1.4868x -> 1.5010x).
+  1.2980x of keep-everything's time, in 18 s over 5 orders of 3 operations). Where they run, the orders start
+  with the operation that reads a moment's output beside the most other bytes and need not come before the next
+  moment (`_reader`): a weight gradient holds the gradient a moment made together with an activation the chain
+  may have dropped (BERT at 40%: the classifier's weight gradient, 1.4868x -> 1.5010x).
 - blocking moments (same setting): where a schedule computes a value a third time, the operation first computed
   between the value's drop and that computation where the schedule had least memory to spare, too little to keep
   it (`blocking_moments`), is a moment worth adding to the bound's in each order its ancestry allows: the moment
