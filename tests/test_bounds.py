@@ -667,7 +667,6 @@ def test_every_solver_schedule_is_a_point_of_the_coupled_programme_over_its_orde
 
 
 def test_a_cutoff_proves_only_whether_the_optimum_reaches_it():
-
     # min x0 + x1 over binaries with x0 + x1 >= 1.5: the optimum is 2
     problem = (np.ones(2), np.zeros(2), np.ones(2), np.array([1.5]), np.array([np.inf]), np.array([0, 2]),
                np.array([0, 1]), np.ones(2))

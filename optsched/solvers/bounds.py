@@ -358,8 +358,8 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     `moments` (`_orders`, for `order_seconds`) are tried where the bound plus `work` is within _ORDER_NEAR of it
     plus `work` (model time), else those over `blocking` (for `blocking_seconds`): on the 3-layer GPT-2 at 30% of
     its keep-everything memory, 5 s of them first left the orders over `moments` 0.02% short of the proof. Either
-    way `_reader`'s operation comes first (where there are any: alone, it took the 5 s of a 40-layer random graph
-    at 50% that the models without gap stages needed)."""
+    way `_reader`'s operation comes first, but only where there are moments to order (on a 40-layer random graph
+    at 50%, where there are none, it alone took the 5 s that the models without gap stages needed)."""
     t0 = time.perf_counter()
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
     lp, anc = _ranked(spec, d, needed, dst, seconds)
@@ -389,8 +389,10 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         ms, seconds = blocking, blocking_seconds
     else:
         return best, at
-    ms = list(ms())     # none: the fastest schedule computed nothing a third time, and the orders are not tried
-    ms = list(dict.fromkeys(_reader(spec, needed, at, anc) + ms)) if ms else ms
+    ms = list(ms())
+    if not ms:          # the fastest schedule computed nothing a third time: no orders
+        return best, at
+    ms = list(dict.fromkeys(_reader(spec, needed, at, anc) + ms))
     return _orders(spec, d, needed, dst, anc, single, (best, at), ms, cutoff, seconds, stop)
 
 
