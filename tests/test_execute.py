@@ -31,7 +31,7 @@ from optsched.execute import (  # noqa: E402
 )
 from optsched.execute import replay as replay_module  # noqa: E402
 from optsched.formats.importers import example_graph_path, import_graph  # noqa: E402
-from optsched.schedule import Compute, Copy, Free, Schedule  # noqa: E402
+from optsched.schedule import Compute, Copy, Free, Schedule, Sync  # noqa: E402
 from optsched.simulate import simulate  # noqa: E402
 from optsched.solvers import solve  # noqa: E402
 
@@ -548,8 +548,45 @@ def test_refuses_graph_with_optimizer(mlp_case):
         Replayer(ex["model"], step, graph, cluster, solve(graph, cluster))
 
 
+def test_a_sync_marks_only_the_busy_streams_and_the_others_wait_before_their_next_work(monkeypatch):
+    """CUDA streams after a sync: the stream that got work records a mark, each other waits for the newest mark
+    of every busy stream before its next work, once, and a stream idle since the last sync records none."""
+    class Stream:
+        def __init__(self, name):
+            self.name, self.waited = name, []
+
+        def wait_event(self, ev):
+            self.waited.append(ev)
+
+    marks = []
+
+    def recorded(stream):
+        marks.append(f"{stream.name}{len(marks) + 1}")
+        return marks[-1]
+
+    monkeypatch.setattr(Replayer, "_recorded", staticmethod(recorded))
+    r = Replayer.__new__(Replayer)
+    a, b, c = Stream("a"), Stream("b"), Stream("c")
+    r.streams, r.pending, r.busy, r.owed, r.dev = {"gpu0": a, "gpu0->host": b, "host->gpu0": c}, [], set(), {}, {}
+    r._work_on(a)
+    r._sync()                 # a1
+    r._work_on(a)
+    r._sync()                 # a2 replaces a1 for b and c
+    r._work_on(b)
+    assert b.waited == ["a2"]
+    r._sync()                 # b3; a was idle: no mark
+    assert marks == ["a1", "a2", "b3"]
+    r._work_on(c)
+    r._work_on(a)
+    r._work_on(a)
+    assert sorted(c.waited) == ["a2", "b3"] and a.waited == ["b3"] and b.waited == ["a2"]
+    r._sync(host=True)        # the end of the step: nothing is owed to the next
+    assert r.owed == {} and r.busy == set()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("solver,frac", [("keep-everything", 1.0), ("offload-all", 1.0), ("dtr", 0.7)])
+@pytest.mark.parametrize("solver,frac", [("keep-everything", 1.0), ("offload-all", 1.0), ("dtr", 0.7),
+                                         ("milp", 0.5)])
 def test_cuda_gradients_match_eager(solver, frac):
     torch.manual_seed(6)
     ex = BUILTIN["transformer"]()
@@ -561,7 +598,10 @@ def test_cuda_gradients_match_eager(solver, frac):
     cluster = single_accelerator(int(keep * frac))
     model.zero_grad(set_to_none=True)
     want_loss, want = _eager_grads(model, ex)
-    stats = Replayer(model, step, graph, cluster, solve(graph, cluster, solver)).run(ex["inputs"], ex["targets"])
+    schedule = solve(graph, cluster, solver, **({"time_limit": 10} if solver == "milp" else {}))
+    if solver == "milp":   # copies to and from pinned host memory, with syncs between them
+        assert {Copy, Sync} <= {type(x) for x in schedule.instructions}
+    stats = Replayer(model, step, graph, cluster, schedule).run(ex["inputs"], ex["targets"])
     assert abs(stats.loss - want_loss.item()) <= 1e-5 * abs(want_loss.item())
     for p, g in zip(model.parameters(), want, strict=True):
         torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-6)
@@ -601,6 +641,7 @@ def test_cuda_compile_trains_like_eager():
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
     assert step.last.peak["gpu0"] <= budget and "cuda:0" in step.last.allocator_peak
+    assert step.last.peak_with_model_tensors["gpu0"] <= budget   # compile holds the model on its one GPU
 
 
 def test_cli_capture_solve_run(tmp_path, capsys):

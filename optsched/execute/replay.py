@@ -23,9 +23,14 @@ The traced joint graph (`capture.trace.Step`) gives each node's ATen call.
   pinned host buffer goes back to its pool with an event of each stream that
   read it, for the next copy into it to wait on;
 - `sync`: wait for every stream: the CPU's copy workers on the host, CUDA
-  streams on the GPU (each waits for the others), so the host keeps queueing
-  work ahead of the GPU (a host-side synchronize per MILP stage: 41.8 ms a
-  step instead of 19.7 for the GPU-sized transformer at 100% on an H200).
+  streams on the GPU, so the host keeps queueing work ahead of the GPU (a
+  host-side synchronize per MILP stage: 41.8 ms a step instead of 19.7 for
+  the GPU-sized transformer at 100% on an H200). Only a stream that got work
+  since the last sync records a mark, and the others wait for it when they
+  next get work: a replay runs ahead of the GPU only on small models, where
+  every call on the host is step time, and one mark and wait per stream pair
+  at each of the MILP's hundreds of stages cost that transformer 19.7 ms
+  against 13.1 for the same work without syncs.
 On CUDA each device computes on its own stream and every tensor carries the
 event of the stream that made it, which readers wait on: the stream semantics
 of the simulator. A tensor made by a CPU copy carries the worker's Future
@@ -308,6 +313,8 @@ class Replayer:
         self.keeper = {w: next((d for d in ds if kind[d] == "cuda"), ds[0]) for w, ds in self.same.items()}
         self.pools: dict[str, ThreadPoolExecutor] = {}   # CPU copy streams by link
         self.pending: list[Future] = []                  # CPU copies issued since the last sync
+        self.busy: set = set()                           # CUDA streams given work since the last sync
+        self.owed: dict = {}                             # CUDA stream -> {other stream: its mark at the last sync}
         weakref.finalize(self, _shutdown, self.pools)
 
     def close(self) -> None:
@@ -454,9 +461,17 @@ class Replayer:
 
     # -- instructions -----------------------------------------------------------------------------------------------
 
+    def _work_on(self, stream) -> None:
+        """Before new work on a CUDA stream: the waits the syncs since its last work left it."""
+        for ev in self.owed.pop(stream, {}).values():
+            stream.wait_event(ev)
+        self.busy.add(stream)
+
     def _compute(self, k: int, d: str, v: str) -> None:
         dev = self.dev[d]
         stream = self.streams.get(d)
+        if stream is not None:
+            self._work_on(stream)
         self._wait_inputs(d, v, stream)
         with torch.cuda.stream(stream) if stream is not None else nullcontext():
             if v in self.source:
@@ -513,6 +528,8 @@ class Replayer:
             self._put(b, v, t, done)
             return
         stream = self.streams.get(link)
+        if stream is not None:
+            self._work_on(stream)
         if stream is not None and ev is not None and not isinstance(ev, Future):
             stream.wait_event(ev)
             self.readers.setdefault((a, v), set()).add(stream)
@@ -545,9 +562,10 @@ class Replayer:
     def _sync(self, host: bool = False) -> None:
         """Wait for every copy and stream; nearly free when nothing is in flight (the MILP syncs after each stage).
 
-        CPU copies are waited for here. CUDA streams wait for one another on the GPU (every stream waits for an event
-        on every other), so the host keeps queueing work ahead of the GPU; host=True (the end of the step) also
-        waits here until the GPU is done."""
+        CPU copies are waited for here. CUDA streams wait for one another on the GPU, so the host keeps queueing
+        work ahead of the GPU: each stream that got work since the last sync records a mark, which every other
+        stream waits for before its next work (`_work_on`; a later mark of the same stream replaces it, since it
+        comes after it). host=True (the end of the step) also waits here until the GPU is done."""
         if self.pending:
             wait(self.pending)   # every CPU copy ends, failed or not, before an error is raised
             pending, self.pending = self.pending, []
@@ -556,12 +574,14 @@ class Replayer:
         if host:
             for d in {x for x in self.dev.values() if x.type == "cuda"}:
                 torch.cuda.synchronize(d)
+            self.owed = {}
         elif len(self.streams) > 1:
-            marks = [(s, self._recorded(s)) for s in self.streams.values()]
-            for s in self.streams.values():
-                for other, ev in marks:
+            for s in self.busy:
+                ev = self._recorded(s)
+                for other in self.streams.values():
                     if other is not s:
-                        s.wait_event(ev)
+                        self.owed.setdefault(other, {})[s] = ev
+        self.busy = set()
 
     # -- the step ---------------------------------------------------------------------------------------------------
 
@@ -605,6 +625,7 @@ class Replayer:
                            for d in names}
         self.readers = {}
         self.pending = []
+        self.busy, self.owed = set(), {}
         # timed: each compute gets the time its stream advanced since the previous one there, so the dispatch and
         # bookkeeping before the op are charged to it (waits for inputs too: time schedules without copies)
         for stream in self.streams.values():   # what the caller queued before the step (the optimizer's update of
