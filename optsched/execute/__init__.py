@@ -119,7 +119,9 @@ def measure_costs(model, step, graph: Graph, inputs, targets=(), *, device: str 
     the medians -9 to +1%. Other processes only ever add time, so time on a quiet machine (a busy one preempts the
     longer ops in most runs). `meta["capture"]["replay"]` keeps the median wall time of those steps and of the part
     of them outside the instructions (handing gradients to `.grad`, the last frees), which no schedule can change
-    and the simulator does not count. The model's gradients, buffers and random state are left as they were.
+    and the simulator does not count. On CUDA one more replay measures each op's scratch (what it allocates and
+    releases while it runs: `Replayer.run(scratch=True)`), which joins the node's workspace, so that the simulator's
+    peak is the GPU allocator's. The model's gradients, buffers and random state are left as they were.
     """
     import torch
 
@@ -134,15 +136,16 @@ def measure_costs(model, step, graph: Graph, inputs, targets=(), *, device: str 
     grads = [p.grad for p in params]
     buffers = {name: b.clone() for name, b in model.named_buffers()}
 
-    def one():
+    def one(scratch=False):
         for p in params:
             p.grad = None
-        return replay.run(inputs, targets, timed=True)
+        return replay.run(inputs, targets, timed=not scratch, scratch=scratch)
 
     with Replayer(model, step, graph, cluster, schedule, {"gpu0": device}) as replay, \
             torch.random.fork_rng(devices=[dev] if kind == "cuda" else []):
         try:
             samples = timed_runs(one, runs, warmup)
+            scratch = one(scratch=True).op_scratch if kind == "cuda" else {}
         finally:
             for p, g in zip(params, grads, strict=True):
                 p.grad = g
@@ -153,7 +156,8 @@ def measure_costs(model, step, graph: Graph, inputs, targets=(), *, device: str 
     for _, stats in samples:
         for k, seconds in stats.op_times.items():
             times.setdefault(schedule.instructions[k].node, []).append(seconds)
-    nodes = tuple(replace(n, cost={**n.cost, kind: statistics.median(times[n.id])}) for n in graph.nodes)
+    nodes = tuple(replace(n, cost={**n.cost, kind: statistics.median(times[n.id])},
+                          workspace=n.workspace + scratch.get(n.id, 0)) for n in graph.nodes)
     info = {**graph.meta["capture"], "cost": f"measured in replay ({kind})",
             "replay": {"device": str(dev), "runs": runs,
                        "step_s": statistics.median(stats.wall_time for _, stats in samples),

@@ -93,6 +93,9 @@ class StepStats:
     peak_with_model_tensors: dict[str, int] = field(default_factory=dict)
     # per torch device, the same over all the schedule devices there (compare with `allocator_peak`)
     peak_with_model_tensors_by_torch_device: dict[str, int] = field(default_factory=dict)
+    # graph node -> bytes its op allocated and released again while it ran on a GPU (scratch: cuBLAS and reduction
+    # buffers, temporaries of composite ops), beyond its outputs (`run(scratch=True)`)
+    op_scratch: dict[str, int] = field(default_factory=dict, repr=False)
 
 
 def device_map(cluster: Cluster, devices: Mapping[str, str] | None = None) -> dict[str, torch.device]:
@@ -313,6 +316,8 @@ class Replayer:
         self.keeper = {w: next((d for d in ds if kind[d] == "cuda"), ds[0]) for w, ds in self.same.items()}
         self.pools: dict[str, ThreadPoolExecutor] = {}   # CPU copy streams by link
         self.pending: list[Future] = []                  # CPU copies issued since the last sync
+        self.scratch = False                             # `run(scratch=True)`: measure each op's scratch on GPUs
+        self.op_scratch: dict[str, int] = {}
         self.busy: set = set()                           # CUDA streams given work since the last sync
         self.owed: dict = {}                             # CUDA stream -> {other stream: its mark at the last sync}
         weakref.finalize(self, _shutdown, self.pools)
@@ -483,7 +488,7 @@ class Replayer:
                     t = stashed.pop(v)
                     self.level[d] -= t.untyped_storage().nbytes()  # moves from the stash into the ledger
                 else:
-                    outs = self._call(d, op)
+                    outs = self._run_op(d, v, op)
                     t = outs[self.index_of[v]]
                     if v == self.primary_of_op[op.name]:
                         self._drop_stash(d, v)
@@ -495,8 +500,20 @@ class Replayer:
                         self.peak[d] = max(self.peak[d], self.level[d] + t.untyped_storage().nbytes())
                         self._track(d, t.untyped_storage().nbytes())
             else:
-                t = self._call(d, self.fx[v])
+                t = self._run_op(d, v, self.fx[v])
             self._put(d, v, t, self._recorded(stream))
+
+    def _run_op(self, d: str, v: str, n: torch.fx.Node):
+        """n's call for graph node v; in a scratch run on a GPU, also what it allocated and released meanwhile (the
+        caching allocator counts a host-issued allocation at once, so no synchronization is needed)."""
+        dev = self.dev[d]
+        if not self.scratch or dev.type != "cuda":
+            return self._call(d, n)
+        torch.cuda.reset_peak_memory_stats(dev)
+        out = self._call(d, n)
+        freed = torch.cuda.max_memory_allocated(dev) - torch.cuda.memory_allocated(dev)
+        self.op_scratch[v] = max(self.op_scratch.get(v, 0), freed)
+        return out
 
     def _source(self, v: str) -> torch.Tensor:
         """The model's parameter or buffer, or the step's input, that source node v stands for."""
@@ -681,11 +698,14 @@ class Replayer:
         loss_owner = f_owner[self.step.loss]
         return self._value(self._where(loss_owner), self.fx[self.step.loss]).detach()
 
-    def run(self, inputs, targets=(), *, allocator: bool = False, timed: bool = False) -> StepStats:
+    def run(self, inputs, targets=(), *, allocator: bool = False, timed: bool = False,
+            scratch: bool = False) -> StepStats:
         """One training step; returns the loss and what was measured beside the prediction.
 
         allocator=True also records the CPU allocator's peak through the profiler, which slows the step;
-        timed=True fills `op_times` (perf_counter on the CPU, CUDA events on a stream: no extra synchronization).
+        timed=True fills `op_times` (perf_counter on the CPU, CUDA events on a stream: no extra synchronization);
+        scratch=True fills `op_scratch` for the ops on GPUs, resetting the allocator's peak at each (so no GPU
+        allocator peak is given for that step).
         """
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
         targets = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,) if targets is not None else ()
@@ -698,18 +718,23 @@ class Replayer:
             torch.cuda.synchronize(c)
             torch.cuda.reset_peak_memory_stats(c)
             start[c] = torch.cuda.memory_allocated(c)
+        self.scratch, self.op_scratch = scratch, {}
         t0 = time.perf_counter()
-        if allocator and any(x.type == "cpu" for x in self.dev.values()):
-            measured["cpu"] = _resident(self.model, inputs + targets, "cpu") + \
-                cpu_allocation_peak(lambda: box.setdefault("loss", self._run(inputs, targets, timed)))
-        else:
-            box["loss"] = self._run(inputs, targets, timed)
+        try:
+            if allocator and any(x.type == "cpu" for x in self.dev.values()):
+                measured["cpu"] = _resident(self.model, inputs + targets, "cpu") + \
+                    cpu_allocation_peak(lambda: box.setdefault("loss", self._run(inputs, targets, timed)))
+            else:
+                box["loss"] = self._run(inputs, targets, timed)
+        finally:
+            self.scratch = False
         self._sync(host=True)
         wall = time.perf_counter() - t0
-        for c in cuda_devs:   # as on the CPU: what the step allocated above the level at its start, plus the
-            # parameters, buffers and inputs there (whatever else the process holds on the GPU is not the step's)
+        for c in cuda_devs if not scratch else ():   # as on the CPU: what the step allocated above the level at its
+            # start, plus the parameters, buffers and inputs there (whatever else the process holds on the GPU is
+            # not the step's)
             measured[c] = int(torch.cuda.max_memory_allocated(c)) - start[c] + \
                 _resident(self.model, inputs + targets, c)
         op_times = {k: b - a if isinstance(a, float) else a.elapsed_time(b) / 1e3 for k, a, b in self.spans}
         return StepStats(float(box["loss"]), wall, dict(self.peak), measured, self.predicted, op_times,
-                         dict(self.model_peak), dict(self.torch_peak))
+                         dict(self.model_peak), dict(self.torch_peak), self.op_scratch)
