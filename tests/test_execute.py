@@ -580,6 +580,13 @@ def test_a_sync_marks_only_the_busy_streams_and_the_others_wait_before_their_nex
     r._work_on(a)
     r._work_on(a)
     assert sorted(c.waited) == ["a2", "b3"] and a.waited == ["b3"] and b.waited == ["a2"]
+    r._sync(ahead=frozenset())           # no stream gets work after it: nothing to mark
+    r._work_on(a)
+    r._sync(ahead=frozenset({a}))        # only a gets work later, and waits for no one
+    assert marks == ["a1", "a2", "b3"] and r.busy == set() and r.owed == {}
+    r._work_on(b)
+    r._sync(ahead=frozenset({a, b}))     # c gets no more work: b's mark is owed to a alone
+    assert marks[-1] == "b4" and r.owed == {a: {b: "b4"}}
     r._sync(host=True)        # the end of the step: nothing is owed to the next
     assert r.owed == {} and r.busy == set()
 

@@ -26,11 +26,12 @@ The traced joint graph (`capture.trace.Step`) gives each node's ATen call.
   streams on the GPU, so the host keeps queueing work ahead of the GPU (a
   host-side synchronize per MILP stage: 41.8 ms a step instead of 19.7 for
   the GPU-sized transformer at 100% on an H200). Only a stream that got work
-  since the last sync records a mark, and the others wait for it when they
-  next get work: a replay runs ahead of the GPU only on small models, where
-  every call on the host is step time, and one mark and wait per stream pair
-  at each of the MILP's hundreds of stages cost that transformer 19.7 ms
-  against 13.1 for the same work without syncs.
+  since the last sync records a mark, only where another stream gets work
+  later, and the others wait for it when they next get work: a replay keeps
+  ahead of the GPU only on large ops, elsewhere every call on the host is
+  step time, and a mark on every stream and a wait for each pair at each of
+  the MILP's hundreds of stages cost that transformer 19.7 ms on the H200
+  against 13.1 for the heuristic's schedule of the same work.
 On CUDA each device computes on its own stream and every tensor carries the
 event of the stream that made it, which readers wait on: the stream semantics
 of the simulator. A tensor made by a CPU copy carries the worker's Future
@@ -307,6 +308,19 @@ class Replayer:
                 side = a if a.type == "cuda" else b
                 if side.type == "cuda":
                     self.streams[f"{link.src}->{link.dst}"] = torch.cuda.Stream(side)
+        # the CUDA streams that get work after each sync, in issue order: only they need its marks (a MILP schedule
+        # without copies, one stream at work, needs none: a mark and its bookkeeping cost some 14 us of host time,
+        # 2.5 ms a step for the GPU-sized transformer's 184 stages on an H100)
+        self.ahead: dict[int, frozenset] = {}
+        later: set = set()
+        for k in reversed(self.order):
+            x = schedule.instructions[k]
+            if isinstance(x, Sync):
+                self.ahead[k] = frozenset(later)
+            elif isinstance(x, (Compute, Copy)):
+                s = self.streams.get(x.device if isinstance(x, Compute) else f"{x.src}->{x.dst}")
+                if s is not None:
+                    later.add(s)
         self.pinned: dict[tuple, list[torch.Tensor]] = {}
         self.same: dict[str, list[str]] = {}       # torch device -> the schedule devices on it
         for d, x in self.dev.items():
@@ -576,13 +590,14 @@ class Replayer:
             return t
         return torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, pin_memory=True)
 
-    def _sync(self, host: bool = False) -> None:
+    def _sync(self, host: bool = False, ahead=None) -> None:
         """Wait for every copy and stream; nearly free when nothing is in flight (the MILP syncs after each stage).
 
         CPU copies are waited for here. CUDA streams wait for one another on the GPU, so the host keeps queueing
         work ahead of the GPU: each stream that got work since the last sync records a mark, which every other
         stream waits for before its next work (`_work_on`; a later mark of the same stream replaces it, since it
-        comes after it). host=True (the end of the step) also waits here until the GPU is done."""
+        comes after it); `ahead`, the streams that get work after this sync, limits the marks to those a stream will
+        wait for. host=True (the end of the step) also waits here until the GPU is done."""
         if self.pending:
             wait(self.pending)   # every CPU copy ends, failed or not, before an error is raised
             pending, self.pending = self.pending, []
@@ -594,10 +609,11 @@ class Replayer:
             self.owed = {}
         elif len(self.streams) > 1:
             for s in self.busy:
-                ev = self._recorded(s)
-                for other in self.streams.values():
-                    if other is not s:
-                        self.owed.setdefault(other, {})[s] = ev
+                others = [o for o in (self.streams.values() if ahead is None else ahead) if o is not s]
+                if others:
+                    ev = self._recorded(s)
+                    for o in others:
+                        self.owed.setdefault(o, {})[s] = ev
         self.busy = set()
 
     # -- the step ---------------------------------------------------------------------------------------------------
@@ -664,7 +680,7 @@ class Replayer:
                 elif isinstance(ins, Free):
                     self._drop(ins.device, ins.node)
                 elif isinstance(ins, Sync):
-                    self._sync()
+                    self._sync(ahead=self.ahead[k])
             self._sync(host=True)
             loss = self._finish()
         except BaseException:
