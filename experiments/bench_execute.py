@@ -93,6 +93,21 @@ def _waited() -> float:
         return float("nan")
 
 
+def measured_case(name: str, sizes: dict, device: str):
+    """A built-in model on `device` (seed 0), its captured step and its graph costed by a replay there (on the CPU,
+    the accelerator takes the CPU's costs): (model, inputs, targets, step, graph)."""
+    torch.manual_seed(0)
+    ex = BUILTIN[name](**sizes)
+    model = ex["model"].to(device)
+    inputs = tuple(t.to(device) for t in ex["inputs"])
+    targets = tuple(t.to(device) for t in ex["targets"])
+    step, graph = capture_step(model, inputs, ex["loss_fn"], targets=targets)
+    graph = measure_costs(model, step, graph, inputs, targets, device=device)
+    if torch.device(device).type == "cpu":
+        graph = cpu_as_accelerator(graph)
+    return model, inputs, targets, step, graph
+
+
 def _step(replay, model, inputs, targets, allocator: bool):
     """One step as a training loop runs it (gradients assigned, not accumulated), and how long the main thread
     waited for a core meanwhile."""
@@ -134,15 +149,8 @@ def main(argv=None) -> int:
             except ImportError:
                 continue
         for size in args.sizes.split(","):
-            torch.manual_seed(0)
-            ex = BUILTIN[name](**((GPU_SIZES if args.cuda else BENCH_SIZES)[name] if size == "bench" else {}))
-            model = ex["model"].to(device)
-            inputs = tuple(t.to(device) for t in ex["inputs"])
-            targets = tuple(t.to(device) for t in ex["targets"])
-            step, graph = capture_step(model, inputs, ex["loss_fn"], targets=targets)
-            graph = measure_costs(model, step, graph, inputs, targets, device=device)
-            if not args.cuda:
-                graph = cpu_as_accelerator(graph)
+            sizes = (GPU_SIZES if args.cuda else BENCH_SIZES)[name] if size == "bench" else {}
+            model, inputs, targets, step, graph = measured_case(name, sizes, device)
             big = single_accelerator(2**40, bandwidth=bandwidth, latency=latency)
             keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
             for frac in map(float, args.fractions.split(",")):

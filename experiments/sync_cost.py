@@ -26,12 +26,11 @@ import sys
 from dataclasses import replace
 
 import torch
+from bench_execute import measured_case
 from machine import GPU_SIZES, cpu_model, gpu_model
 
-from optsched.capture import capture_step
-from optsched.capture.models import BUILTIN
 from optsched.cluster import single_accelerator
-from optsched.execute import Replayer, cpu_as_accelerator, measure_costs
+from optsched.execute import Replayer
 from optsched.schedule import Sync
 from optsched.simulate import simulate
 from optsched.solvers import solve
@@ -48,15 +47,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     device = "cuda" if args.cuda else "cpu"
     output = args.output or os.path.join(os.path.dirname(__file__), "results", f"sync_cost_{device}.csv")
-    torch.manual_seed(0)
-    ex = BUILTIN[args.model](**(GPU_SIZES[args.model] if args.cuda else {}))
-    model = ex["model"].to(device)
-    inputs = tuple(t.to(device) for t in ex["inputs"])
-    targets = tuple(t.to(device) for t in ex["targets"])
-    step, graph = capture_step(model, inputs, ex["loss_fn"], targets=targets)
-    graph = measure_costs(model, step, graph, inputs, targets, device=device)
-    if not args.cuda:
-        graph = cpu_as_accelerator(graph)   # the accelerator is the CPU here, at its measured costs
+    model, inputs, targets, step, graph = measured_case(args.model, GPU_SIZES[args.model] if args.cuda else {},
+                                                        device)
     big = single_accelerator(2**40)
     cluster = single_accelerator(simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"])
     schedules = {s: solve(graph, cluster, s, time_limit=args.time_limit) for s in ("heuristic", "milp")}
