@@ -548,6 +548,44 @@ def test_refuses_graph_with_optimizer(mlp_case):
         Replayer(ex["model"], step, graph, cluster, solve(graph, cluster))
 
 
+def test_compile_for_a_gpu_plans_for_the_scratch_its_ops_take(monkeypatch):
+    """Where the step runs on a GPU, compile measures each op's scratch in one replay of a quick schedule and
+    solves with it in the ops' workspace: here (the GPU and its measurement stood in for) a backward op that takes
+    half the budget as scratch, which the schedule solved without it has no room for."""
+    import optsched.execute as X
+
+    torch.manual_seed(3)
+    ex = BUILTIN["mlp"]()
+    model = ex["model"]
+    step, graph = capture_step(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    big = single_accelerator(2**40)
+    budget = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
+    cluster = single_accelerator(budget)
+    plain = solve(graph, cluster, "heuristic")
+    extra = budget // 2
+    op = next(n.id for n in graph.nodes if n.kind == "backward" and n.op == "mm.default"
+              and not simulate(X.with_scratch(graph, {n.id: extra}), cluster, plain).valid)
+    measured = []
+
+    def scratch(replayer, inputs, targets=()):
+        measured.append(replayer.schedule)
+        return {op: extra}
+
+    assert X.measure_scratch(Replayer(model, step, graph, big, solve(graph, big, "keep-everything")),
+                             ex["inputs"], ex["targets"]) == {}   # no GPU here: nothing to measure
+    monkeypatch.setattr(X, "device_map", lambda cluster, devices=None: {d.name: torch.device("cuda")
+                                                                        for d in cluster.devices})
+    monkeypatch.setattr(X, "measure_scratch", scratch)
+    ours = compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem=budget, solver="heuristic")
+    assert len(measured) == 1 and ours.graph.node(op).workspace == graph.node(op).workspace + extra
+    assert simulate(ours.graph, ours.cluster, ours.schedule).valid      # planned for
+    model.zero_grad(set_to_none=True)
+    want_loss, want = _eager_grads(model, ex)
+    assert ours(*ex["inputs"], *ex["targets"]).item() == want_loss.item()
+    for p, g in zip(model.parameters(), want, strict=True):
+        assert torch.equal(p.grad, g)
+
+
 def test_a_sync_marks_only_the_busy_streams_and_the_others_wait_before_their_next_work(monkeypatch):
     """CUDA streams after a sync: the stream that got work records a mark, each other waits for the newest mark
     of every busy stream before its next work, once, and a stream idle since the last sync records none."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 
 from ..cluster import Cluster, check_cluster, single_accelerator
@@ -25,8 +26,9 @@ from ..graph import Graph
 from ..schedule import Schedule
 from .replay import ExecuteError, Replayer, StepStats, check_match, device_map, measure_copy, measure_copy_issue
 
-__all__ = ["compile", "execute", "measure_costs", "measure_copy", "measure_copy_issue", "cpu_as_accelerator",
-           "keep_freed_cpu_memory", "TrainStep", "Replayer", "StepStats", "ExecuteError", "device_map", "check_match"]
+__all__ = ["compile", "execute", "measure_costs", "measure_scratch", "with_scratch", "measure_copy",
+           "measure_copy_issue", "cpu_as_accelerator", "keep_freed_cpu_memory", "TrainStep", "Replayer", "StepStats",
+           "ExecuteError", "device_map", "check_match"]
 
 
 def _cluster(mem, cluster: Cluster | None, whole: int | None = None) -> Cluster:
@@ -66,7 +68,8 @@ def compile(model, example_inputs, loss_fn: Callable | None = None, *, targets=N
 
     `hold` (when solving): the model's parameters and the inputs stay on the accelerator all step, so the
     schedule makes room for them throughout (`cluster.hold_sources`) rather than moving them. Needs a cluster with
-    one accelerator; None: when it has one and the model is on a GPU, which holds them whatever a schedule frees."""
+    one accelerator; None: when it has one and the model is on a GPU, which holds them whatever a schedule frees.
+    Where the step runs on a GPU, each op's scratch there is measured first and planned for (`_scratched`)."""
     from ..capture import capture_step
     from ..cluster import hold_sources
     from ..solvers import solve
@@ -94,8 +97,28 @@ def compile(model, example_inputs, loss_fn: Callable | None = None, *, targets=N
                 raise OptschedError(f"hold needs a cluster with one accelerator, not {len(cluster.accelerators)}",
                                     hint="pass hold=False to let the schedule move the parameters")
             graph, cluster = hold_sources(graph, cluster, cluster.accelerators[0].name)
+        graph = _scratched(model, step, graph, cluster, solver, options, devices, example_inputs, targets)
         schedule = solve(graph, cluster, solver, options)
     return TrainStep(Replayer(model, step, graph, cluster, schedule, devices), graph, cluster, schedule)
+
+
+def _scratched(model, step, graph: Graph, cluster: Cluster, solver: str, options, devices, inputs, targets) -> Graph:
+    """Where the step runs on a GPU: the graph with each op's scratch there, measured in one replay of a quick
+    schedule for the budget (the heuristic's, else the chosen solver's), so that the schedule solved next keeps
+    the GPU allocator, not only the values, within the budget. Elsewhere the graph as it is."""
+    from ..errors import InfeasibleError
+    from ..solvers import solve
+
+    if not any(d.type == "cuda" for d in device_map(cluster, devices).values()):
+        return graph
+    try:
+        quick = solve(graph, cluster, "heuristic")
+    except InfeasibleError:
+        quick = solve(graph, cluster, solver, options)
+    args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    rest = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,) if targets is not None else ()
+    with Replayer(model, step, graph, cluster, quick, devices) as replay:
+        return with_scratch(graph, measure_scratch(replay, args, rest))
 
 
 def execute(model, inputs, graph: Graph, schedule: Schedule, cluster: Cluster, *, targets=None,
@@ -132,38 +155,65 @@ def measure_costs(model, step, graph: Graph, inputs, targets=(), *, device: str 
     kind = "cuda" if dev.type == "cuda" else "cpu"
     cluster = single_accelerator(sum(n.bytes + n.workspace for n in graph.nodes))
     schedule = solve(graph, cluster, "keep-everything")
+
+    def one():
+        for p in model.parameters():
+            p.grad = None
+        return replay.run(inputs, targets, timed=True)
+
+    with Replayer(model, step, graph, cluster, schedule, {"gpu0": device}) as replay:
+        with _kept(model, [dev]):
+            samples = timed_runs(one, runs, warmup)
+        scratch = measure_scratch(replay, inputs, targets)
+    times: dict[str, list[float]] = {}
+    for _, stats in samples:
+        for k, seconds in stats.op_times.items():
+            times.setdefault(schedule.instructions[k].node, []).append(seconds)
+    nodes = tuple(replace(n, cost={**n.cost, kind: statistics.median(times[n.id])}) for n in graph.nodes)
+    info = {**graph.meta["capture"], "cost": f"measured in replay ({kind})",
+            "replay": {"device": str(dev), "runs": runs,
+                       "step_s": statistics.median(stats.wall_time for _, stats in samples),
+                       "outside_s": statistics.median(stats.wall_time - sum(stats.op_times.values())
+                                                      for _, stats in samples)}}
+    return with_scratch(Graph(nodes, graph.name, {**graph.meta, "capture": info}), scratch)
+
+
+@contextmanager
+def _kept(model, devices):
+    """The model's gradients, buffers and random state (of the CPU and of the CUDA `devices`) as they were before,
+    whatever the replays inside did."""
+    import torch
+
     params = list(model.parameters())
     grads = [p.grad for p in params]
     buffers = {name: b.clone() for name, b in model.named_buffers()}
-
-    def one(scratch=False):
-        for p in params:
-            p.grad = None
-        return replay.run(inputs, targets, timed=not scratch, scratch=scratch)
-
-    with Replayer(model, step, graph, cluster, schedule, {"gpu0": device}) as replay, \
-            torch.random.fork_rng(devices=[dev] if kind == "cuda" else []):
+    with torch.random.fork_rng(devices=sorted({d for d in map(torch.device, devices) if d.type == "cuda"}, key=str)):
         try:
-            samples = timed_runs(one, runs, warmup)
-            scratch = one(scratch=True).op_scratch if kind == "cuda" else {}
+            yield
         finally:
             for p, g in zip(params, grads, strict=True):
                 p.grad = g
             with torch.no_grad():
                 for name, b in model.named_buffers():
                     b.copy_(buffers[name])
-    times: dict[str, list[float]] = {}
-    for _, stats in samples:
-        for k, seconds in stats.op_times.items():
-            times.setdefault(schedule.instructions[k].node, []).append(seconds)
-    nodes = tuple(replace(n, cost={**n.cost, kind: statistics.median(times[n.id])},
-                          workspace=n.workspace + scratch.get(n.id, 0)) for n in graph.nodes)
-    info = {**graph.meta["capture"], "cost": f"measured in replay ({kind})",
-            "replay": {"device": str(dev), "runs": runs,
-                       "step_s": statistics.median(stats.wall_time for _, stats in samples),
-                       "outside_s": statistics.median(stats.wall_time - sum(stats.op_times.values())
-                                                      for _, stats in samples)}}
-    return Graph(nodes, graph.name, {**graph.meta, "capture": info})
+
+
+def measure_scratch(replayer: Replayer, inputs, targets=()) -> dict[str, int]:
+    """Node -> bytes its op allocates and releases again while it runs on a GPU (cuBLAS and reduction buffers,
+    temporaries of composite ops), from one replay of `replayer`'s schedule (`Replayer.run(scratch=True)`); the
+    model's gradients, buffers and random state are left as they were. Empty where no device maps to a GPU."""
+    if not any(d.type == "cuda" for d in replayer.dev.values()):
+        return {}
+    with _kept(replayer.model, replayer.dev.values()):
+        for p in replayer.model.parameters():
+            p.grad = None
+        return replayer.run(inputs, targets, scratch=True).op_scratch
+
+
+def with_scratch(graph: Graph, scratch: Mapping[str, int]) -> Graph:
+    """The graph with each node's measured scratch added to its workspace (held while it runs)."""
+    return Graph(tuple(replace(n, workspace=n.workspace + scratch[n.id]) if scratch.get(n.id) else n
+                       for n in graph.nodes), graph.name, graph.meta)
 
 
 def cpu_as_accelerator(graph: Graph) -> Graph:
