@@ -586,6 +586,37 @@ def test_compile_for_a_gpu_plans_for_the_scratch_its_ops_take(monkeypatch):
         assert torch.equal(p.grad, g)
 
 
+def test_compile_measures_the_scratch_under_a_smaller_budget_where_the_gpu_runs_out(monkeypatch):
+    """The quick schedule that measures the scratch does not know it either: where its replay runs out of GPU
+    memory, compile measures again with the accelerator's budget cut to 3/4, then 1/2, and says so plainly where
+    even that runs out; the schedule it returns is solved for the whole budget."""
+    import optsched.execute as X
+
+    torch.manual_seed(3)
+    ex = BUILTIN["mlp"]()
+    model = ex["model"]
+    budget = 1_400_000
+    tried = []
+
+    def scratch(replayer, inputs, targets=()):
+        tried.append(replayer.cluster.device("gpu0").memory)
+        if len(tried) < 2 or fail_all:
+            raise torch.OutOfMemoryError("CUDA out of memory (stood in for)")
+        return {}
+
+    monkeypatch.setattr(X, "device_map", lambda cluster, devices=None: {d.name: torch.device("cuda")
+                                                                        for d in cluster.devices})
+    monkeypatch.setattr(X, "measure_scratch", scratch)
+    fail_all = False
+    ours = compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem=budget, solver="heuristic")
+    assert tried == [budget, int(budget * 0.75)] and ours.cluster.device("gpu0").memory == budget
+    tried.clear()
+    fail_all = True
+    with pytest.raises(ExecuteError, match="could not measure the ops' scratch"):
+        compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem=budget, solver="heuristic")
+    assert tried == [budget, int(budget * 0.75), int(budget * 0.5)]
+
+
 def test_a_sync_marks_only_the_busy_streams_and_the_others_wait_before_their_next_work(monkeypatch):
     """CUDA streams after a sync: the stream that got work records a mark, each other waits for the newest mark
     of every busy stream before its next work, once, and a stream idle since the last sync records none."""

@@ -105,20 +105,39 @@ def compile(model, example_inputs, loss_fn: Callable | None = None, *, targets=N
 def _scratched(model, step, graph: Graph, cluster: Cluster, solver: str, options, devices, inputs, targets) -> Graph:
     """Where the step runs on a GPU: the graph with each op's scratch there, measured in one replay of a quick
     schedule for the budget (the heuristic's, else the chosen solver's), so that the schedule solved next keeps
-    the GPU allocator, not only the values, within the budget. Elsewhere the graph as it is."""
+    the GPU allocator, not only the values, within the budget. Elsewhere the graph as it is.
+
+    That schedule does not know the scratch either: where its replay runs out of GPU memory (a budget near all the
+    GPU has), the accelerators' budgets are cut to 3/4, then 1/2, to leave the scratch room."""
+    import torch
+
     from ..errors import InfeasibleError
     from ..solvers import solve
 
     if not any(d.type == "cuda" for d in device_map(cluster, devices).values()):
         return graph
-    try:
-        quick = solve(graph, cluster, "heuristic")
-    except InfeasibleError:
-        quick = solve(graph, cluster, solver, options)
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     rest = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,) if targets is not None else ()
-    with Replayer(model, step, graph, cluster, quick, devices) as replay:
-        return with_scratch(graph, measure_scratch(replay, args, rest))
+    for share in (1.0, 0.75, 0.5):
+        room = replace(cluster, devices=tuple(replace(d, memory=int(d.memory * share)) if d.kind == "cuda" else d
+                                              for d in cluster.devices))
+        try:
+            try:
+                quick = solve(graph, room, "heuristic")
+            except InfeasibleError:
+                quick = solve(graph, room, solver, options)
+        except InfeasibleError:
+            if share == 1.0:
+                return graph   # nothing fits the budget: the solve that follows says so, and why
+            break
+        try:
+            with Replayer(model, step, graph, room, quick, devices) as replay:
+                return with_scratch(graph, measure_scratch(replay, args, rest))
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+    raise ExecuteError("could not measure the ops' scratch on the GPU: a replay for the budget ran out of memory, "
+                       "and no schedule fits a smaller one", field="mem",
+                       hint="give a budget further below the GPU's memory, or pass schedule= to skip the solve")
 
 
 def execute(model, inputs, graph: Graph, schedule: Schedule, cluster: Cluster, *, targets=None,
