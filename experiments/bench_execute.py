@@ -16,7 +16,9 @@ the ops dominate.
 
 On a busy machine a step's wall time includes the time the main thread waits for a core: each row gives the load
 and that wait (Linux schedstat), so a row whose main thread waited is known to be disturbed; only a quiet machine
-gives clean figures.
+gives clean figures. The machine's speed also drifts between the cost measurement and a row's steps, so each timed
+step runs beside a step of keep-everything's schedule (keep_everything_step_s), and time_error_vs_keep_everything
+compares the measured ratio of the two with the simulator's, which no such drift touches.
 
 On a CUDA machine pass --cuda: models on cuda:0 (the bench size is `machine.GPU_SIZES`), the "cuda" costs measured
 there with CUDA events, the device-to-host copy bandwidth measured, the host keeping its roofline costs. Memory is
@@ -152,7 +154,10 @@ def main(argv=None) -> int:
             sizes = (GPU_SIZES if args.cuda else BENCH_SIZES)[name] if size == "bench" else {}
             model, inputs, targets, step, graph = measured_case(name, sizes, device)
             big = single_accelerator(2**40, bandwidth=bandwidth, latency=latency)
-            keep = simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"]
+            keep_schedule = solve(graph, big, "keep-everything")
+            keep_sim = simulate(graph, big, keep_schedule)
+            keep = keep_sim.peak["gpu0"]
+            reference = Replayer(model, step, graph, big, keep_schedule)
             for frac in map(float, args.fractions.split(",")):
                 cluster = single_accelerator(int(keep * frac), bandwidth=bandwidth, latency=latency, issue=issue)
                 try:   # --hold: what is solved and replayed makes room for the model's tensors all step
@@ -172,8 +177,11 @@ def main(argv=None) -> int:
                     try:
                         with Replayer(model, step, pg, pc, schedule) as replay:
                             first, _ = _step(replay, model, inputs, targets, allocator=True)
-                            timed = [_step(replay, model, inputs, targets, allocator=False)
-                                     for _ in range(args.steps - 1)]
+                            timed, ref_walls = [], []
+                            for _ in range(args.steps - 1):   # each step beside one of keep-everything's
+                                timed.append(_step(replay, model, inputs, targets, allocator=False))
+                                ref_walls.append(_step(reference, model, inputs, targets, allocator=False)[0]
+                                                 .wall_time)
                     except Exception as e:   # an executor fault: recorded in its row, the other rows still run
                         traceback.print_exc()
                         rows.append({**row, "status": "error", "error": f"{type(e).__name__}: {e}"[:300]})
@@ -211,6 +219,13 @@ def main(argv=None) -> int:
                         "measured_step_s": wall, "measured_step_min_s": min(walls),
                         "time_error": wall / pred.makespan - 1,
                         "time_error_with_outside": wall / (pred.makespan + row["outside_instructions_s"]) - 1,
+                        # against keep-everything's step, run in turn with this one: the ratio the simulator
+                        # predicts, whatever the machine's speed did since the costs were measured
+                        "keep_everything_step_s": statistics.median(ref_walls),
+                        "time_error_vs_keep_everything":
+                            (wall / statistics.median(ref_walls))
+                            / ((pred.makespan + row["outside_instructions_s"])
+                               / (keep_sim.makespan + row["outside_instructions_s"])) - 1,
                         "waited_for_core_s": statistics.median(waited for _, waited in timed),
                         "recomputed": pred.recomputed,
                         "copies": sum(isinstance(x, Copy) for x in schedule.instructions),
@@ -220,10 +235,12 @@ def main(argv=None) -> int:
                     print(f"{name:11s} {size:7s} {frac:4.2f} {solver:9s} peak {r['predicted_peak_bytes']:>9d} -> "
                           f"{r['measured_peak_bytes']:>9d} ({r['peak_error']:+.1%})  step "
                           f"{r['predicted_step_s'] * 1e3:8.2f} ms -> {wall * 1e3:8.2f} ms ({r['time_error']:+.1%}, "
-                          f"{r['time_error_with_outside']:+.1%} with the part outside; "
+                          f"{r['time_error_with_outside']:+.1%} with the part outside, "
+                          f"{r['time_error_vs_keep_everything']:+.1%} against keep-everything's step beside it; "
                           f"fastest {min(walls) * 1e3:.2f}; waited for a core {r['waited_for_core_s'] * 1e3:.2f} ms)",
                           file=sys.stderr)
                 _write(rows, output, args, argv, load_start, bandwidth, latency, issue)   # the rows so far
+            reference.close()
     print(f"wrote {output}", file=sys.stderr)
     return 0
 
