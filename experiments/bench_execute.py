@@ -193,7 +193,7 @@ def main(argv=None) -> int:
                     cap = _capped_step(replay, model, inputs, targets, cluster.device("gpu0").memory) if args.cuda \
                         else {}
                     walls = [r.wall_time for r, _ in timed]
-                    wall = statistics.median(walls)
+                    wall, ref_wall = statistics.median(walls), statistics.median(ref_walls)
                     measured_peak = first.peak["gpu0"]
                     rows.append({
                         **row, "status": "ok", "load_1min": os.getloadavg()[0],
@@ -221,9 +221,9 @@ def main(argv=None) -> int:
                         "time_error_with_outside": wall / (pred.makespan + row["outside_instructions_s"]) - 1,
                         # against keep-everything's step, run in turn with this one: the ratio the simulator
                         # predicts, whatever the machine's speed did since the costs were measured
-                        "keep_everything_step_s": statistics.median(ref_walls),
+                        "keep_everything_step_s": ref_wall,
                         "time_error_vs_keep_everything":
-                            (wall / statistics.median(ref_walls))
+                            (wall / ref_wall)
                             / ((pred.makespan + row["outside_instructions_s"])
                                / (keep_sim.makespan + row["outside_instructions_s"])) - 1,
                         "waited_for_core_s": statistics.median(waited for _, waited in timed),

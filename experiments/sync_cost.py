@@ -63,16 +63,15 @@ def main(argv=None) -> int:
             for _ in range(args.steps):
                 model.zero_grad(set_to_none=True)
                 times[k].append(r.run(inputs, targets).wall_time)
-    syncs = sum(isinstance(x, Sync) for x in schedules["milp"].instructions)
-    print(f"{args.model} on {device}: {len(graph.nodes)} ops, {syncs} syncs in the MILP's schedule")
-    rows = []
-    for k, s in schedules.items():
-        rows.append({"model": args.model, "ops": len(graph.nodes), "schedule": k,
-                     "syncs": sum(isinstance(x, Sync) for x in s.instructions),
-                     "predicted_step_s": simulate(graph, cluster, s).makespan,
-                     "median_step_s": statistics.median(times[k]), "fastest_step_s": min(times[k])})
-        print(f"  {k:20s} predicted {rows[-1]['predicted_step_s'] * 1e3:8.2f} ms, "
-              f"median {rows[-1]['median_step_s'] * 1e3:8.2f} ms, fastest {rows[-1]['fastest_step_s'] * 1e3:8.2f} ms")
+    rows = [{"model": args.model, "ops": len(graph.nodes), "schedule": k,
+             "syncs": sum(isinstance(x, Sync) for x in s.instructions),
+             "predicted_step_s": simulate(graph, cluster, s).makespan,
+             "median_step_s": statistics.median(times[k]), "fastest_step_s": min(times[k])}
+            for k, s in schedules.items()]
+    print(f"{args.model} on {device}: {len(graph.nodes)} ops, {rows[1]['syncs']} syncs in the MILP's schedule")
+    for r in rows:
+        print(f"  {r['schedule']:20s} predicted {r['predicted_step_s'] * 1e3:8.2f} ms, "
+              f"median {r['median_step_s'] * 1e3:8.2f} ms, fastest {r['fastest_step_s'] * 1e3:8.2f} ms")
     where = f"cuda:0 ({gpu_model()})" if args.cuda else f"CPU ({cpu_model()}, {platform.machine()})"
     with open(output, "w", newline="") as f:
         f.write(f"# device: {where}; torch {torch.__version__}; {args.rounds} rounds of {args.steps} steps; "

@@ -548,6 +548,15 @@ def test_refuses_graph_with_optimizer(mlp_case):
         Replayer(ex["model"], step, graph, cluster, solve(graph, cluster))
 
 
+def _stand_in_a_gpu(monkeypatch, scratch):
+    """compile sees every schedule device on a GPU, and `scratch` measures the ops' scratch there."""
+    import optsched.execute as X
+
+    monkeypatch.setattr(X, "device_map", lambda cluster, devices=None: {d.name: torch.device("cuda")
+                                                                        for d in cluster.devices})
+    monkeypatch.setattr(X, "measure_scratch", scratch)
+
+
 def test_compile_for_a_gpu_plans_for_the_scratch_its_ops_take(monkeypatch):
     """Where the step runs on a GPU, compile measures each op's scratch in one replay of a quick schedule and
     solves with it in the ops' workspace: here (the GPU and its measurement stood in for) a backward op that takes
@@ -573,9 +582,7 @@ def test_compile_for_a_gpu_plans_for_the_scratch_its_ops_take(monkeypatch):
 
     assert X.measure_scratch(Replayer(model, step, graph, big, solve(graph, big, "keep-everything")),
                              ex["inputs"], ex["targets"]) == {}   # no GPU here: nothing to measure
-    monkeypatch.setattr(X, "device_map", lambda cluster, devices=None: {d.name: torch.device("cuda")
-                                                                        for d in cluster.devices})
-    monkeypatch.setattr(X, "measure_scratch", scratch)
+    _stand_in_a_gpu(monkeypatch, scratch)
     ours = compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem=budget, solver="heuristic")
     assert len(measured) == 1 and ours.graph.node(op).workspace == graph.node(op).workspace + extra
     assert simulate(ours.graph, ours.cluster, ours.schedule).valid      # planned for
@@ -590,7 +597,6 @@ def test_compile_measures_the_scratch_under_a_smaller_budget_where_the_gpu_runs_
     """The quick schedule that measures the scratch does not know it either: where its replay runs out of GPU
     memory, compile measures again with the accelerator's budget cut to 3/4, then 1/2, and says so plainly where
     even that runs out; the schedule it returns is solved for the whole budget."""
-    import optsched.execute as X
 
     torch.manual_seed(3)
     ex = BUILTIN["mlp"]()
@@ -604,9 +610,7 @@ def test_compile_measures_the_scratch_under_a_smaller_budget_where_the_gpu_runs_
             raise torch.OutOfMemoryError("CUDA out of memory (stood in for)")
         return {}
 
-    monkeypatch.setattr(X, "device_map", lambda cluster, devices=None: {d.name: torch.device("cuda")
-                                                                        for d in cluster.devices})
-    monkeypatch.setattr(X, "measure_scratch", scratch)
+    _stand_in_a_gpu(monkeypatch, scratch)
     fail_all = False
     ours = compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem=budget, solver="heuristic")
     assert tried == [budget, int(budget * 0.75)] and ours.cluster.device("gpu0").memory == budget

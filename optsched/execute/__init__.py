@@ -116,8 +116,6 @@ def _scratched(model, step, graph: Graph, cluster: Cluster, solver: str, options
 
     if not any(d.type == "cuda" for d in device_map(cluster, devices).values()):
         return graph
-    args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-    rest = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,) if targets is not None else ()
     for share in (1.0, 0.75, 0.5):
         room = replace(cluster, devices=tuple(replace(d, memory=int(d.memory * share)) if d.kind == "cuda" else d
                                               for d in cluster.devices))
@@ -132,7 +130,7 @@ def _scratched(model, step, graph: Graph, cluster: Cluster, solver: str, options
             break
         try:
             with Replayer(model, step, graph, room, quick, devices) as replay:
-                return with_scratch(graph, measure_scratch(replay, args, rest))
+                return with_scratch(graph, measure_scratch(replay, inputs, targets))
         except torch.OutOfMemoryError:
             torch.cuda.empty_cache()
     raise ExecuteError("could not measure the ops' scratch on the GPU: a replay for the budget ran out of memory, "
