@@ -4,6 +4,7 @@ run on worker threads; op costs measured in the replay predict it; bad input is 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import threading
@@ -662,6 +663,54 @@ def test_a_sync_marks_only_the_busy_streams_and_the_others_wait_before_their_nex
     assert marks[-1] == "b4" and r.owed == {a: {b: "b4"}}
     r._sync(host=True)        # the end of the step: nothing is owed to the next
     assert r.owed == {} and r.busy == set()
+
+
+def test_a_compute_records_an_event_only_where_a_copy_reads_its_value(offload_case, monkeypatch):
+    """The accelerator's stream, stood in for on the CPU: a compute records an event only where a copy reads what
+    it made, every such copy waits for that event, the stream itself waits on none (its work runs in order), and
+    the gradients stay bitwise eager's."""
+    ex, step, graph, cluster, schedule = offload_case
+
+    class Stream:
+        device, waited = torch.device("cpu"), []
+
+        def wait_event(self, ev):
+            self.waited.append(ev)
+
+        def wait_stream(self, other):
+            pass
+
+    class Event:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def synchronize(self):
+            pass
+
+    recorded, copied = [], []
+    copy_into = replay_module._copy_into
+
+    def record(stream):
+        recorded.append(Event(stream))
+        return recorded[-1]
+
+    def spy(dst, src, ev):
+        copied.append(ev)
+        copy_into(dst, src, ev)
+
+    monkeypatch.setattr(Replayer, "_recorded", staticmethod(record))
+    monkeypatch.setattr(replay_module, "_copy_into", spy)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    with Replayer(ex["model"], step, graph, cluster, schedule) as replay:
+        stream = replay.streams["gpu0"] = Stream()
+        _check_step(replay, ex)
+    read = {(x.node, x.src) for x in schedule.instructions if isinstance(x, Copy)}
+    made = [x for x in schedule.instructions if isinstance(x, Compute) and (x.node, x.device) in read]
+    assert 0 < len(made) < sum(isinstance(x, Compute) for x in schedule.instructions)
+    assert len(recorded) == len(made) and all(ev.stream is stream for ev in recorded)
+    from_gpu = [x for x in schedule.instructions if isinstance(x, Copy) and x.src == "gpu0"]
+    assert sum(isinstance(ev, Event) for ev in copied) == len(from_gpu) > 0 and stream.waited == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

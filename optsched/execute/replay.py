@@ -321,6 +321,9 @@ class Replayer:
                 s = self.streams.get(x.device if isinstance(x, Compute) else f"{x.src}->{x.dst}")
                 if s is not None:
                     later.add(s)
+        # the values a copy reads, by (node, device): only a compute of one of them records a CUDA event, which the
+        # copy's stream waits for; a compute's other readers are computes on its own stream, which runs in order
+        self.copied = {(x.node, x.src) for x in schedule.instructions if isinstance(x, Copy)}
         self.pinned: dict[tuple, list[torch.Tensor]] = {}
         self.same: dict[str, list[str]] = {}       # torch device -> the schedule devices on it
         for d, x in self.dev.items():
@@ -395,11 +398,12 @@ class Replayer:
 
     # -- bookkeeping ------------------------------------------------------------------------------------------------
 
-    def _put(self, d: str, v: str, t: torch.Tensor, ev) -> None:
-        """A new copy of v on d, made when ev (None, a CUDA event or a copy worker's Future) is done. Issued in
-        simulator order, a prefetch may land before the list frees the previous copy, so a device holds a list of
-        generations: reads take the newest (all hold the same values), a free releases the oldest."""
-        self.env[d].setdefault(v, []).append((t, ev))
+    def _put(self, d: str, v: str, t: torch.Tensor, ev, stream=None) -> None:
+        """A new copy of v on d, made when ev (None, a CUDA event or a copy worker's Future) is done, by a compute
+        on the CUDA `stream`, if any (later work there needs no wait for it). Issued in simulator order, a prefetch
+        may land before the list frees the previous copy, so a device holds a list of generations: reads take the
+        newest (all hold the same values), a free releases the oldest."""
+        self.env[d].setdefault(v, []).append((t, ev, stream))
         counted = self._counted(v, t)
         self.level[d] += counted
         self.peak[d] = max(self.peak[d], self.level[d])
@@ -429,7 +433,7 @@ class Replayer:
 
     def _drop(self, d: str, v: str) -> None:
         gens = self.env[d][v]
-        t, ev = gens.pop(0)
+        t, ev, _ = gens.pop(0)
         if not gens:
             del self.env[d][v]
             self._drop_stash(d, v)
@@ -469,8 +473,8 @@ class Replayer:
 
     def _wait_inputs(self, d: str, node_id: str, stream) -> None:
         for src in self.graph.node(node_id).inputs:
-            ev = self.env[d][src][-1][1] if src in self.env[d] else None
-            if ev is None:
+            ev, made_on = self.env[d][src][-1][1:] if src in self.env[d] else (None, None)
+            if ev is None or (made_on is not None and made_on is stream):
                 continue
             if stream is None or isinstance(ev, Future):
                 _host_wait(ev)
@@ -515,7 +519,7 @@ class Replayer:
                         self._track(d, t.untyped_storage().nbytes())
             else:
                 t = self._run_op(d, v, self.fx[v])
-            self._put(d, v, t, self._recorded(stream))
+            self._put(d, v, t, self._recorded(stream) if (v, d) in self.copied else None, stream)
 
     def _run_op(self, d: str, v: str, n: torch.fx.Node):
         """n's call for graph node v; in a scratch run on a GPU, also what it allocated and released meanwhile (the
@@ -544,7 +548,7 @@ class Replayer:
             if own.device == self.dev[b]:   # a held parameter or input (`cluster.hold_sources`): the model keeps
                 self._put(b, v, own, None)  # it on b, nothing moves
                 return
-        src, ev = self.env[a][v][-1]
+        src, ev, _ = self.env[a][v][-1]
         da, db = self.dev[a], self.dev[b]
         link = f"{a}->{b}"
         if da.type == db.type == "cpu":
