@@ -53,6 +53,7 @@ parameters, buffers and inputs on that device: on CUDA from
 
 from __future__ import annotations
 
+import functools
 import operator
 import statistics
 import time
@@ -325,9 +326,12 @@ class Replayer:
         # copy's stream waits for; a compute's other readers are computes on its own stream, which runs in order
         self.copied = {(x.node, x.src) for x in schedule.instructions if isinstance(x, Copy)}
         self.pinned: dict[tuple, list[torch.Tensor]] = {}
+        self.where = {d: str(x) for d, x in self.dev.items()}     # schedule device -> its torch device's name
         self.same: dict[str, list[str]] = {}       # torch device -> the schedule devices on it
-        for d, x in self.dev.items():
-            self.same.setdefault(str(x), []).append(d)
+        for d, w in self.where.items():
+            self.same.setdefault(w, []).append(d)
+        self.inputs_of = {n.id: n.inputs for n in graph.nodes}
+        self.source_bytes = {v: graph.node(v).bytes for v in self.source}
         # the schedule device that holds the model's tensors on each torch device: its accelerator, if any
         kind = {x.name: x.kind for x in cluster.devices}
         self.keeper = {w: next((d for d in ds if kind[d] == "cuda"), ds[0]) for w, ds in self.same.items()}
@@ -387,9 +391,9 @@ class Replayer:
             for part in n.target.split("."):
                 t = getattr(t, part)
             return t.to(self.dev[d], non_blocking=True) if isinstance(t, torch.Tensor) else t
-        resolve = lambda a: self._value(d, a)
+        resolve = functools.partial(self._value, d)
         args = torch.fx.node.map_arg(n.args, resolve)
-        kwargs = torch.fx.node.map_arg(n.kwargs, resolve)
+        kwargs = torch.fx.node.map_arg(n.kwargs, resolve) if n.kwargs else n.kwargs
         if "device" in kwargs:   # factory ops were traced with the capture's device
             kwargs = {**kwargs, "device": self.dev[d]}
         if n.op == "call_method":
@@ -404,28 +408,29 @@ class Replayer:
         may land before the list frees the previous copy, so a device holds a list of generations: reads take the
         newest (all hold the same values), a free releases the oldest."""
         self.env[d].setdefault(v, []).append((t, ev, stream))
-        counted = self._counted(v, t)
+        counted, storage = self._counted(v, t)
         self.level[d] += counted
         self.peak[d] = max(self.peak[d], self.level[d])
-        storage = t.untyped_storage().data_ptr()
         if self.outside.get(storage) == counted:   # the model's own tensor, now in the ledger
             self.held[storage] = self.held.get(storage, 0) + 1
             if self.held[storage] == 1:
-                self.outside_bytes[str(self.dev[d])] -= self.outside[storage]
+                self.outside_bytes[self.where[d]] -= self.outside[storage]
         self._track(d)
 
-    def _counted(self, v: str, t: torch.Tensor) -> int:
+    def _counted(self, v: str, t: torch.Tensor) -> tuple[int, int]:
         """The bytes of v's tensor t in the ledger: its storage's, but no more than the graph gives a parameter or
-        an input (none where the model holds them all step: `cluster.hold_sources`)."""
-        nbytes = t.untyped_storage().nbytes()
-        return min(nbytes, self.graph.node(v).bytes) if v in self.source else nbytes
+        an input (none where the model holds them all step: `cluster.hold_sources`); and the storage's address."""
+        storage = t.untyped_storage()
+        nbytes = storage.nbytes()
+        return min(nbytes, self.source_bytes[v]) if v in self.source_bytes else nbytes, storage.data_ptr()
 
     def _track(self, d: str, extra: int = 0) -> None:
         """The peaks with the model's tensors of d (`extra` bytes more on it), of the schedule device that holds
         them on d's torch device, and of that torch device."""
-        where = str(self.dev[d])
+        where = self.where[d]
         out = self.outside_bytes[where]
-        now = sum(self.level[x] for x in self.same[where]) + out + extra
+        same = self.same[where]
+        now = (self.level[d] if len(same) == 1 else sum(self.level[x] for x in same)) + out + extra
         self.torch_peak[where] = max(self.torch_peak[where], now)
         keeper = self.keeper[where]
         self.model_peak[d] = max(self.model_peak[d], self.level[d] + extra + (out if d == keeper else 0))
@@ -437,14 +442,13 @@ class Replayer:
         if not gens:
             del self.env[d][v]
             self._drop_stash(d, v)
-        counted = self._counted(v, t)
+        counted, storage = self._counted(v, t)
         self.level[d] -= counted
-        storage = t.untyped_storage().data_ptr()
         if storage in self.held and self.outside[storage] == counted:   # the model's own: it stays, unledgered
             self.held[storage] -= 1
             if not self.held[storage]:
                 del self.held[storage]
-                self.outside_bytes[str(self.dev[d])] += self.outside[storage]
+                self.outside_bytes[self.where[d]] += self.outside[storage]
                 self._track(d)
         readers = self.readers.get((d, v), ())
         if t.is_cuda:
@@ -472,7 +476,7 @@ class Replayer:
             self.level[d] -= t.untyped_storage().nbytes()
 
     def _wait_inputs(self, d: str, node_id: str, stream) -> None:
-        for src in self.graph.node(node_id).inputs:
+        for src in self.inputs_of[node_id]:
             ev, made_on = self.env[d][src][-1][1:] if src in self.env[d] else (None, None)
             if ev is None or (made_on is not None and made_on is stream):
                 continue
@@ -658,7 +662,7 @@ class Replayer:
                 self.outside[ptr] = nbytes
                 self.outside_bytes[where] += nbytes
         self.torch_peak = dict(self.outside_bytes)
-        self.model_peak = {d: self.outside_bytes[str(self.dev[d])] if self.keeper[str(self.dev[d])] == d else 0
+        self.model_peak = {d: self.outside_bytes[self.where[d]] if self.keeper[self.where[d]] == d else 0
                            for d in names}
         self.readers = {}
         self.pending = []
