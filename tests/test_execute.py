@@ -4,7 +4,6 @@ run on worker threads; op costs measured in the replay predict it; bad input is 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import gc
 import threading
@@ -626,6 +625,8 @@ def test_a_sync_marks_only_the_busy_streams_and_the_others_wait_before_their_nex
     """CUDA streams after a sync: the stream that got work records a mark, each other waits for the newest mark
     of every busy stream before its next work, once, and a stream idle since the last sync records none."""
     class Stream:
+        device_index = 0
+
         def __init__(self, name):
             self.name, self.waited = name, []
 
@@ -639,9 +640,15 @@ def test_a_sync_marks_only_the_busy_streams_and_the_others_wait_before_their_nex
         return marks[-1]
 
     monkeypatch.setattr(Replayer, "_recorded", staticmethod(recorded))
+    current = []
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "the caller's")
+    monkeypatch.setattr(torch.cuda, "set_stream", current.append)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "the caller's device")
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
     r = Replayer.__new__(Replayer)
     a, b, c = Stream("a"), Stream("b"), Stream("c")
     r.streams, r.pending, r.busy, r.owed, r.dev = {"gpu0": a, "gpu0->host": b, "host->gpu0": c}, [], set(), {}, {}
+    r.on, r.callers = {}, {}
     r._work_on(a)
     r._sync()                 # a1
     r._work_on(a)
@@ -663,16 +670,22 @@ def test_a_sync_marks_only_the_busy_streams_and_the_others_wait_before_their_nex
     assert marks[-1] == "b4" and r.owed == {a: {b: "b4"}}
     r._sync(host=True)        # the end of the step: nothing is owed to the next
     assert r.owed == {} and r.busy == set()
+    r._put_back()             # a stream is made current only where another was
+    assert current == [a, b, c, a, b, "the caller's", "the caller's device"] and r.on == r.callers == {}
 
 
 def test_a_compute_records_an_event_only_where_a_copy_reads_its_value(offload_case, monkeypatch):
     """The accelerator's stream, stood in for on the CPU: a compute records an event only where a copy reads what
-    it made, every such copy waits for that event, the stream itself waits on none (its work runs in order), and
-    the gradients stay bitwise eager's."""
+    it made, every such copy waits for that event, the stream itself waits on none (its work runs in order); it is
+    made current once a step, and the caller's stream is current again after the step, even one that fails; the
+    gradients stay bitwise eager's."""
     ex, step, graph, cluster, schedule = offload_case
 
     class Stream:
-        device, waited = torch.device("cpu"), []
+        device, device_index = torch.device("cpu"), 0
+
+        def __init__(self):
+            self.waited = []
 
         def wait_event(self, ev):
             self.waited.append(ev)
@@ -687,7 +700,7 @@ def test_a_compute_records_an_event_only_where_a_copy_reads_its_value(offload_ca
         def synchronize(self):
             pass
 
-    recorded, copied = [], []
+    recorded, copied, current = [], [], []
     copy_into = replay_module._copy_into
 
     def record(stream):
@@ -700,17 +713,32 @@ def test_a_compute_records_an_event_only_where_a_copy_reads_its_value(offload_ca
 
     monkeypatch.setattr(Replayer, "_recorded", staticmethod(record))
     monkeypatch.setattr(replay_module, "_copy_into", spy)
-    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "the caller's")
+    monkeypatch.setattr(torch.cuda, "set_stream", current.append)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "the caller's device")
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
     with Replayer(ex["model"], step, graph, cluster, schedule) as replay:
         stream = replay.streams["gpu0"] = Stream()
         _check_step(replay, ex)
-    read = {(x.node, x.src) for x in schedule.instructions if isinstance(x, Copy)}
-    made = [x for x in schedule.instructions if isinstance(x, Compute) and (x.node, x.device) in read]
-    assert 0 < len(made) < sum(isinstance(x, Compute) for x in schedule.instructions)
-    assert len(recorded) == len(made) and all(ev.stream is stream for ev in recorded)
-    from_gpu = [x for x in schedule.instructions if isinstance(x, Copy) and x.src == "gpu0"]
-    assert sum(isinstance(ev, Event) for ev in copied) == len(from_gpu) > 0 and stream.waited == []
+        assert current == [stream, "the caller's", "the caller's device"]
+        read = {(x.node, x.src) for x in schedule.instructions if isinstance(x, Copy)}
+        made = [x for x in schedule.instructions if isinstance(x, Compute) and (x.node, x.device) in read]
+        assert 0 < len(made) < sum(isinstance(x, Compute) for x in schedule.instructions)
+        assert len(recorded) == len(made) and all(ev.stream is stream for ev in recorded)
+        from_gpu = [x for x in schedule.instructions if isinstance(x, Copy) and x.src == "gpu0"]
+        assert sum(isinstance(ev, Event) for ev in copied) == len(from_gpu) > 0 and stream.waited == []
+        calls = []
+
+        def fails(self, d, v, n):
+            calls.append(v)
+            if len(calls) == 3:
+                raise RuntimeError("CUDA out of memory (stood in)")
+            return replay_module.Replayer._call(self, d, n)
+
+        monkeypatch.setattr(Replayer, "_run_op", fails)
+        with pytest.raises(RuntimeError, match="stood in"):
+            replay.run(ex["inputs"], ex["targets"])
+        assert current == [stream, "the caller's", "the caller's device"] * 2
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

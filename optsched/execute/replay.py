@@ -60,7 +60,6 @@ import time
 import weakref
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -341,6 +340,9 @@ class Replayer:
         self.op_scratch: dict[str, int] = {}
         self.busy: set = set()                           # CUDA streams given work since the last sync
         self.owed: dict = {}                             # CUDA stream -> {other stream: its mark at the last sync}
+        self.on: dict = {}                               # CUDA device index -> the stream the step made current
+        self.callers: dict = {}                          # CUDA device index -> the caller's current stream there
+        self.home = None                                 # the caller's current CUDA device, while the step runs
         weakref.finalize(self, _shutdown, self.pools)
 
     def close(self) -> None:
@@ -489,10 +491,27 @@ class Replayer:
     # -- instructions -----------------------------------------------------------------------------------------------
 
     def _work_on(self, stream) -> None:
-        """Before new work on a CUDA stream: the waits the syncs since its last work left it."""
+        """Before new work on a CUDA stream: the waits the syncs since its last work left it, and the stream made
+        current on its device where it is not yet (`_put_back` restores the caller's at the end of the step): a
+        stream context around each op cost host time, which bounds the replay on a GPU."""
         for ev in self.owed.pop(stream, {}).values():
             stream.wait_event(ev)
         self.busy.add(stream)
+        where = stream.device_index
+        if self.on.get(where) is not stream:
+            if not self.callers:
+                self.home = torch.cuda.current_device()
+            self.callers.setdefault(where, torch.cuda.current_stream(where))
+            torch.cuda.set_stream(stream)       # which makes its device current too
+            self.on[where] = stream
+
+    def _put_back(self) -> None:
+        """The streams that were current on each device before the step current again, and the device too."""
+        if self.callers:
+            for stream in self.callers.values():
+                torch.cuda.set_stream(stream)
+            torch.cuda.set_device(self.home)
+        self.callers, self.on = {}, {}
 
     def _compute(self, k: int, d: str, v: str) -> None:
         dev = self.dev[d]
@@ -500,30 +519,29 @@ class Replayer:
         if stream is not None:
             self._work_on(stream)
         self._wait_inputs(d, v, stream)
-        with torch.cuda.stream(stream) if stream is not None else nullcontext():
-            if v in self.source:
-                t = self._source(v).to(dev, non_blocking=True)
-            elif v in self.op_of:
-                op = self.op_of[v]
-                stashed = self.stash[d].get(self.primary_of_op[op.name], {})
-                if v in stashed:
-                    t = stashed.pop(v)
-                    self.level[d] -= t.untyped_storage().nbytes()  # moves from the stash into the ledger
-                else:
-                    outs = self._run_op(d, v, op)
-                    t = outs[self.index_of[v]]
-                    if v == self.primary_of_op[op.name]:
-                        self._drop_stash(d, v)
-                        # keep the outputs the schedule computes from this run: held from now, not from their
-                        # own compute as the simulator counts them, but the op is not run again for each
-                        rest = {o: outs[self.index_of[o]] for o in self.take_next.get(k, ())}
-                        self.stash[d][v] = rest
-                        self.level[d] += sum(x.untyped_storage().nbytes() for x in rest.values())
-                        self.peak[d] = max(self.peak[d], self.level[d] + t.untyped_storage().nbytes())
-                        self._track(d, t.untyped_storage().nbytes())
+        if v in self.source:
+            t = self._source(v).to(dev, non_blocking=True)
+        elif v in self.op_of:
+            op = self.op_of[v]
+            stashed = self.stash[d].get(self.primary_of_op[op.name], {})
+            if v in stashed:
+                t = stashed.pop(v)
+                self.level[d] -= t.untyped_storage().nbytes()  # moves from the stash into the ledger
             else:
-                t = self._run_op(d, v, self.fx[v])
-            self._put(d, v, t, self._recorded(stream) if (v, d) in self.copied else None, stream)
+                outs = self._run_op(d, v, op)
+                t = outs[self.index_of[v]]
+                if v == self.primary_of_op[op.name]:
+                    self._drop_stash(d, v)
+                    # keep the outputs the schedule computes from this run: held from now, not from their
+                    # own compute as the simulator counts them, but the op is not run again for each
+                    rest = {o: outs[self.index_of[o]] for o in self.take_next.get(k, ())}
+                    self.stash[d][v] = rest
+                    self.level[d] += sum(x.untyped_storage().nbytes() for x in rest.values())
+                    self.peak[d] = max(self.peak[d], self.level[d] + t.untyped_storage().nbytes())
+                    self._track(d, t.untyped_storage().nbytes())
+        else:
+            t = self._run_op(d, v, self.fx[v])
+        self._put(d, v, t, self._recorded(stream) if (v, d) in self.copied else None, stream)
 
     def _run_op(self, d: str, v: str, n: torch.fx.Node):
         """n's call for graph node v; in a scratch run on a GPU, also what it allocated and released meanwhile (the
@@ -574,14 +592,13 @@ class Replayer:
             self.readers.setdefault((a, v), set()).add(stream)
         else:
             _host_wait(ev)
-        with torch.cuda.stream(stream) if stream is not None else nullcontext():
-            if da == db:
-                t = src.clone()
-            elif db.type == "cpu" and da.type == "cuda":
-                t = self._pinned_like(src, stream)
-                t.copy_(src, non_blocking=True)
-            else:
-                t = src.to(db, non_blocking=True)
+        if da == db:
+            t = src.clone()
+        elif db.type == "cpu" and da.type == "cuda":
+            t = self._pinned_like(src, stream)
+            t.copy_(src, non_blocking=True)
+        else:
+            t = src.to(db, non_blocking=True)
         self._put(b, v, t, self._recorded(stream))
 
     def _pinned_like(self, src: torch.Tensor, stream) -> torch.Tensor:
@@ -689,12 +706,14 @@ class Replayer:
                     self._drop(ins.device, ins.node)
                 elif isinstance(ins, Sync):
                     self._sync(ahead=self.ahead[k])
+            self._put_back()    # the gradients are the caller's: made on its streams
             self._sync(host=True)
             loss = self._finish()
         except BaseException:
             self.env = self.stash = {}   # an abandoned step holds no tensor (an out-of-memory error can be retried)
             raise
         finally:
+            self._put_back()
             wait(self.pending)   # no copy outlives the step, even one abandoned by an error
         for d in names:
             for v in list(self.env[d]):
