@@ -32,10 +32,15 @@ The traced joint graph (`capture.trace.Step`) gives each node's ATen call.
   step time, and a mark on every stream and a wait for each pair at each of
   the MILP's hundreds of stages cost that transformer 19.7 ms on the H200
   against 13.1 for the heuristic's schedule of the same work.
-On CUDA each device computes on its own stream and every tensor carries the
-event of the stream that made it, which readers wait on: the stream semantics
-of the simulator. A tensor made by a CPU copy carries the worker's Future
-instead; readers wait on it, and a worker's error is raised in the caller.
+On CUDA each device computes on its own stream, and each copy runs on its
+link's: a tensor that a copy reads, or that a copy made, carries the event of
+the stream that made it, which readers on another stream wait on (the stream
+semantics of the simulator); a compute's other readers are computes on its own
+stream, in order without one. The replay makes a stream current only when it
+moves to another, not around each op: every call per op on the host is step
+time wherever the host, not the GPU, bounds the step. A tensor made by a CPU
+copy carries the worker's Future instead; readers wait on it, and a worker's
+error is raised in the caller.
 Instructions are issued in the order the simulator starts them
 (`execution_order`), so allocations and releases follow its memory timeline.
 
