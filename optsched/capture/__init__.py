@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ..graph import Graph
-from .cost import PRESETS, DeviceModel, measure_cpu, profiled, roofline
-from .trace import CaptureError, Step, _as_tuple, default_loss, export_step, joint_to_graph
+from .cost import PRESETS, DeviceModel, measure_cpu, profiled, roofline, with_scratch
+from .trace import CaptureError, Step, _as_tuple, default_loss, export_step, fold, joint_to_graph
 
 __all__ = ["capture", "capture_step", "capture_factory", "normalize_example", "CaptureError", "DeviceModel",
            "PRESETS", "measure_cpu", "export_step", "Step", "default_loss"]
@@ -53,15 +53,21 @@ def capture_step(model, example_inputs, loss_fn: Callable | None = None, *, targ
     models = _device_models(cuda, cpu)
     cost_of = roofline(models)
     failed: list[str] = []
+    scratch: dict[str, int] = {}
     if profile:
         device = next(model.parameters()).device
         if device.type == "meta" or _is_fake(model):
             raise CaptureError("cannot profile a model without real weights", field="profile",
                                hint="drop --profile, or capture without --fake")
-        cost_of, failed = profiled(cost_of, str(device))
+        cost_of, failed, scratch = profiled(cost_of, str(device))
     graph = joint_to_graph(step, cost_of, name=name or type(model).__name__, optimizer=optimizer)
+    if scratch:     # a GPU's: each op's joins the workspace of its node (a multi-output op's, its primary's)
+        primary = fold(step).primary
+        graph = with_scratch(graph, {primary.get(op, op): b for op, b in scratch.items()})
     info = graph.meta["capture"]
     info["cost"] = "profiled" if profile else "roofline"
+    if scratch:
+        info["scratch_bytes"] = dict(sorted(scratch.items()))
     info["cuda_model"] = models["cuda"].name
     info["parameters"] = sum(p.numel() for p in model.parameters())
     if failed:

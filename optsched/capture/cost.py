@@ -9,7 +9,9 @@ Two ways, as users need them:
   achievable (not datasheet) rates; `measure_cpu()` times this machine's CPU
   once per process. A user overrides a preset with `DeviceModel(...)`.
 - `profile`: run each op on the present device on random tensors of the
-  captured shapes, median of several runs after warm-up.
+  captured shapes, median of several runs after warm-up; on a GPU also the
+  scratch each op allocates and releases while it runs (`run_op`), which the
+  captured graph adds to the op's workspace (`with_scratch`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
 
+from ..graph import Graph
 from .trace import is_view
 
 
@@ -141,15 +144,17 @@ def _materialize(v, device):
     return t
 
 
-def profiled(base: Callable, device: str, runs: int = 5) -> tuple[Callable, list[str]]:
+def profiled(base: Callable, device: str, runs: int = 5) -> tuple[Callable, list[str], dict[str, int]]:
     """A `cost_of` that measures each op on `device` for that device's kind and keeps `base` for the others.
 
-    Returns it and the list of ops that could not run on random inputs (they keep the roofline figure).
+    Returns it, the list of ops that could not run on random inputs (they keep the roofline figure), and, on a
+    GPU, the scratch of each op that has some (FX op name -> bytes: `run_op`), filled as `cost_of` runs.
     """
     dev = torch.device(device)
     kind = "cuda" if dev.type == "cuda" else "cpu"
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     failed: list[str] = []
+    scratch: dict[str, int] = {}
 
     def cost_of(n, **kw) -> dict[str, float]:
         cost = base(n, **kw)
@@ -161,8 +166,28 @@ def profiled(base: Callable, device: str, runs: int = 5) -> tuple[Callable, list
             kwargs = torch.fx.node.map_arg(n.kwargs, to_real)
             with torch.no_grad():
                 cost[kind] = _median_time(lambda: n.target(*args, **kwargs), runs, sync=sync)
+                extra = run_op(lambda: n.target(*args, **kwargs), dev)[1]
+            if extra:
+                scratch[n.name] = extra
         except Exception:  # noqa: BLE001 - e.g. an index op whose random indices are out of range
             failed.append(n.name)
         return cost
 
-    return cost_of, failed
+    return cost_of, failed, scratch
+
+
+def run_op(call: Callable[[], object], device: torch.device) -> tuple[object, int]:
+    """`call()`'s result and its scratch: the bytes it allocates and releases again while it runs on a GPU (cuBLAS
+    and reduction buffers, temporaries of composite ops; 0 elsewhere). The caching allocator counts a host-issued
+    allocation at once, so no synchronization is needed."""
+    if device.type != "cuda":
+        return call(), 0
+    torch.cuda.reset_peak_memory_stats(device)
+    out = call()
+    return out, int(torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device))
+
+
+def with_scratch(graph: Graph, scratch: Mapping[str, int]) -> Graph:
+    """The graph with each node's measured scratch added to its workspace (held while it runs)."""
+    return Graph(tuple(replace(n, workspace=n.workspace + scratch[n.id]) if scratch.get(n.id) else n
+                       for n in graph.nodes), graph.name, graph.meta)

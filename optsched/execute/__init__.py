@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 
+from ..capture.cost import with_scratch
 from ..cluster import Cluster, check_cluster, single_accelerator
 from ..errors import OptschedError
 from ..graph import Graph
@@ -225,12 +226,6 @@ def measure_scratch(replayer: Replayer, inputs, targets=()) -> dict[str, int]:
         for p in replayer.model.parameters():
             p.grad = None
         return replayer.run(inputs, targets, scratch=True).op_scratch
-
-
-def with_scratch(graph: Graph, scratch: Mapping[str, int]) -> Graph:
-    """The graph with each node's measured scratch added to its workspace (held while it runs)."""
-    return Graph(tuple(replace(n, workspace=n.workspace + scratch[n.id]) if scratch.get(n.id) else n
-                       for n in graph.nodes), graph.name, graph.meta)
 
 
 def cpu_as_accelerator(graph: Graph) -> Graph:

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..capture.cost import _median_time
+from ..capture.cost import _median_time, run_op
 from ..capture.memory import _resident, cpu_allocation_peak, model_storages
 from ..capture.trace import Step, _op_name, fold
 from ..cluster import Cluster
@@ -549,15 +549,13 @@ class Replayer:
         self._put(d, v, t, self._recorded(stream) if (v, d) in self.copied else None, stream)
 
     def _run_op(self, d: str, v: str, n: torch.fx.Node):
-        """n's call for graph node v; in a scratch run on a GPU, also what it allocated and released meanwhile (the
-        caching allocator counts a host-issued allocation at once, so no synchronization is needed)."""
-        dev = self.dev[d]
-        if not self.scratch or dev.type != "cuda":
+        """n's call for graph node v; in a scratch run on a GPU, also what it allocated and released meanwhile
+        (`capture.cost.run_op`)."""
+        if not self.scratch:
             return self._call(d, n)
-        torch.cuda.reset_peak_memory_stats(dev)
-        out = self._call(d, n)
-        freed = torch.cuda.max_memory_allocated(dev) - torch.cuda.memory_allocated(dev)
-        self.op_scratch[v] = max(self.op_scratch.get(v, 0), freed)
+        out, extra = run_op(lambda: self._call(d, n), self.dev[d])
+        if extra:
+            self.op_scratch[v] = max(self.op_scratch.get(v, 0), extra)
         return out
 
     def _source(self, v: str) -> torch.Tensor:
