@@ -274,7 +274,7 @@ def test_profile_on_a_gpu_adds_each_ops_scratch_to_its_nodes_workspace(monkeypat
     real_profiled = C.profiled
 
     def profiled(base, device, runs=5):
-        cost_of, failed, scratch = real_profiled(base, device, runs)
+        cost_of, failed, scratch = real_profiled(base, device, runs, scratch=True)
 
         def spy(n, **kw):
             stood_in.target = n

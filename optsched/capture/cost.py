@@ -144,17 +144,20 @@ def _materialize(v, device):
     return t
 
 
-def profiled(base: Callable, device: str, runs: int = 5) -> tuple[Callable, list[str], dict[str, int]]:
+def profiled(base: Callable, device: str, runs: int = 5,
+             scratch: bool | None = None) -> tuple[Callable, list[str], dict[str, int]]:
     """A `cost_of` that measures each op on `device` for that device's kind and keeps `base` for the others.
 
-    Returns it, the list of ops that could not run on random inputs (they keep the roofline figure), and, on a
-    GPU, the scratch of each op that has some (FX op name -> bytes: `run_op`), filled as `cost_of` runs.
+    Returns it, the list of ops that could not run on random inputs (they keep the roofline figure), and the
+    scratch of each op that has some (FX op name -> bytes: `run_op`; measured where `scratch`, by default on a
+    GPU), filled as `cost_of` runs.
     """
     dev = torch.device(device)
+    scratch = dev.type == "cuda" if scratch is None else scratch
     kind = "cuda" if dev.type == "cuda" else "cpu"
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     failed: list[str] = []
-    scratch: dict[str, int] = {}
+    took: dict[str, int] = {}
 
     def cost_of(n, **kw) -> dict[str, float]:
         cost = base(n, **kw)
@@ -166,14 +169,13 @@ def profiled(base: Callable, device: str, runs: int = 5) -> tuple[Callable, list
             kwargs = torch.fx.node.map_arg(n.kwargs, to_real)
             with torch.no_grad():
                 cost[kind] = _median_time(lambda: n.target(*args, **kwargs), runs, sync=sync)
-                extra = run_op(lambda: n.target(*args, **kwargs), dev)[1]
-            if extra:
-                scratch[n.name] = extra
+                if scratch and (extra := run_op(lambda: n.target(*args, **kwargs), dev)[1]):
+                    took[n.name] = extra
         except Exception:  # noqa: BLE001 - e.g. an index op whose random indices are out of range
             failed.append(n.name)
         return cost
 
-    return cost_of, failed, scratch
+    return cost_of, failed, took
 
 
 def run_op(call: Callable[[], object], device: torch.device) -> tuple[object, int]:
