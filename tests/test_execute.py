@@ -149,6 +149,37 @@ def test_secondary_outputs_computed_apart_do_not_rerun_the_op(monkeypatch):
     assert sorted(n for n in calls if n in ops) == sorted(ops)
 
 
+def test_an_output_made_apart_from_its_op_where_holding_it_would_pass_the_predicted_peak_runs_the_op_again(
+        monkeypatch):
+    """The cnn's heuristic schedule with max-pool's indices computed just before the pool's backward reads them,
+    not with the pool's output: the graph makes them then at no cost, so held from the pool's run they would take
+    memory over the predicted peak all through it. The pool runs again for them instead, the replay's peak is the
+    predicted one, within a budget with no byte to spare, and the gradients are eager's."""
+    torch.manual_seed(3)
+    ex = BUILTIN["cnn"]()
+    step, graph = capture_step(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    big = single_accelerator(2**40)
+    ins = list(solve(graph, big, "heuristic").instructions)
+    probe = Replayer(ex["model"], step, graph, big, Schedule(tuple(ins)))
+    pool = next(op for op in probe.op_of.values() if "max_pool2d_with_indices" in str(op.target))
+    indices = next(v for v, op in probe.op_of.items() if op is pool and probe.primary_of_op[op.name] != v)
+    k0 = next(k for k, x in enumerate(ins) if isinstance(x, Compute) and x.node == indices)
+    late = ins.pop(k0)
+    at = next(k for k, y in enumerate(ins) if isinstance(y, Compute) and indices in graph.node(y.node).inputs)
+    reads = set(graph.node(indices).inputs)      # the pool's output and input, now freed after the indices
+    kept = [y for y in ins[k0:at] if isinstance(y, Free) and y.node in reads]
+    ins = ins[:k0] + [y for y in ins[k0:at] if y not in kept] + [late, *kept] + ins[at:]
+    schedule = Schedule(tuple(ins))
+    cluster = single_accelerator(simulate(graph, big, schedule).peak["gpu0"])
+    calls = []
+    call = Replayer._call
+    monkeypatch.setattr(Replayer, "_call", lambda self, d, n: calls.append(n.name) or call(self, d, n))
+    with Replayer(ex["model"], step, graph, cluster, schedule) as replay:
+        _check_step(replay, ex)
+        assert replay.peak["gpu0"] == replay.predicted.peak["gpu0"] == cluster.device("gpu0").memory
+    assert calls.count(pool.name) == 2
+
+
 def test_training_steps_match_eager():
     """Several SGD steps through the replayed schedule give bitwise the parameters of plain training."""
     torch.manual_seed(1)
