@@ -9,8 +9,9 @@ The traced joint graph (`capture.trace.Step`) gives each node's ATen call.
   other outputs the schedule computes on d before that primary runs again, in
   a stash the ledger counts (rerunning the op for each would cost a whole
   batch-norm or convolution backward: 10-16 a step in the cnn's heuristic and
-  MILP schedules, which place the small secondaries apart), and reruns the op
-  only for an output whose stash went with its freed primary;
+  MILP schedules, which place the small secondaries apart), where the budget
+  has room for it (`_plan_stash`), and reruns the op for an output it could
+  not keep or whose stash went with its freed primary;
 - `copy v a->b`: a real copy (a clone when both map to one torch device, so
   memory behaves as on two devices); host-bound copies from CUDA go into
   pinned buffers reused across steps, on one CUDA stream per link; when both
