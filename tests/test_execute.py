@@ -117,16 +117,30 @@ def test_schedules_exercise_recompute_and_swap(captured):
     assert recomputed > 0 and swapped > 0
 
 
+def _cnn_schedule(solver: str):
+    """The default cnn (seed 3), its step and graph, a cluster too large to bind, `solver`'s instructions there,
+    and a Replayer of them (for its maps of multi-output ops)."""
+    torch.manual_seed(3)
+    ex = BUILTIN["cnn"]()
+    step, graph = capture_step(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    big = single_accelerator(2**40)
+    ins = list(solve(graph, big, solver).instructions)
+    return ex, step, graph, big, ins, Replayer(ex["model"], step, graph, big, Schedule(tuple(ins)))
+
+
+def _calls(monkeypatch) -> list[str]:
+    """The FX nodes the replays call from now on, in order."""
+    calls: list[str] = []
+    call = Replayer._call
+    monkeypatch.setattr(Replayer, "_call", lambda self, d, n: calls.append(n.name) or call(self, d, n))
+    return calls
+
+
 def test_secondary_outputs_computed_apart_do_not_rerun_the_op(monkeypatch):
     """The cnn's keep-everything schedule (frees last) with every secondary output of a multi-output op (batch-norm
     statistics, weight gradients) computed just before its first reader instead of right after its primary: each op
     still runs once per computation of its primary, the stash is in the ledger, and the gradients equal eager ones."""
-    torch.manual_seed(3)
-    ex = BUILTIN["cnn"]()
-    step, graph = capture_step(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
-    cluster = single_accelerator(2**40)
-    ins = list(solve(graph, cluster, "keep-everything").instructions)
-    replay = Replayer(ex["model"], step, graph, cluster, Schedule(tuple(ins)))
+    ex, step, graph, cluster, ins, replay = _cnn_schedule("keep-everything")
     secondary = {v for v, op in replay.op_of.items() if replay.primary_of_op[op.name] != v}
     primary = {v: replay.primary_of_op[replay.op_of[v].name] for v in secondary}
     moved = [x for x in ins if isinstance(x, Compute) and x.node in secondary]
@@ -139,9 +153,7 @@ def test_secondary_outputs_computed_apart_do_not_rerun_the_op(monkeypatch):
     schedule = Schedule(tuple(ins))
     position = {x.node: k for k, x in enumerate(ins) if isinstance(x, Compute)}
     assert sum(position[v] > position[primary[v]] + 1 for v in secondary) >= 10   # really apart
-    calls = []
-    call = Replayer._call
-    monkeypatch.setattr(Replayer, "_call", lambda self, d, n: calls.append(n.name) or call(self, d, n))
+    calls = _calls(monkeypatch)
     with Replayer(ex["model"], step, graph, cluster, schedule) as replay:
         _check_step(replay, ex)
         assert replay.peak["gpu0"] >= replay.predicted.peak["gpu0"]
@@ -155,12 +167,7 @@ def test_an_output_made_apart_from_its_op_where_holding_it_would_pass_the_predic
     not with the pool's output: the graph makes them then at no cost, so held from the pool's run they would take
     memory over the predicted peak all through it. The pool runs again for them instead, the replay's peak is the
     predicted one, within a budget with no byte to spare, and the gradients are eager's."""
-    torch.manual_seed(3)
-    ex = BUILTIN["cnn"]()
-    step, graph = capture_step(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
-    big = single_accelerator(2**40)
-    ins = list(solve(graph, big, "heuristic").instructions)
-    probe = Replayer(ex["model"], step, graph, big, Schedule(tuple(ins)))
+    ex, step, graph, big, ins, probe = _cnn_schedule("heuristic")
     pool = next(op for op in probe.op_of.values() if "max_pool2d_with_indices" in str(op.target))
     indices = next(v for v, op in probe.op_of.items() if op is pool and probe.primary_of_op[op.name] != v)
     k0 = next(k for k, x in enumerate(ins) if isinstance(x, Compute) and x.node == indices)
@@ -171,9 +178,7 @@ def test_an_output_made_apart_from_its_op_where_holding_it_would_pass_the_predic
     ins = ins[:k0] + [y for y in ins[k0:at] if y not in kept] + [late, *kept] + ins[at:]
     schedule = Schedule(tuple(ins))
     cluster = single_accelerator(simulate(graph, big, schedule).peak["gpu0"])
-    calls = []
-    call = Replayer._call
-    monkeypatch.setattr(Replayer, "_call", lambda self, d, n: calls.append(n.name) or call(self, d, n))
+    calls = _calls(monkeypatch)
     with Replayer(ex["model"], step, graph, cluster, schedule) as replay:
         _check_step(replay, ex)
         assert replay.peak["gpu0"] == replay.predicted.peak["gpu0"] == cluster.device("gpu0").memory
