@@ -374,7 +374,7 @@ class Replayer:
         for them, and the replay's peak is the predicted one)."""
         plan: dict[int, list[str]] = {}
         last: dict[tuple[str, str], int] = {}   # (op, device) -> the primary's latest compute so far
-        wanted = []                             # (primary's compute, output, its compute)
+        wanted, seen = [], set()                # (primary's compute, output, its compute); their first two
         for k, x in enumerate(schedule.instructions):
             if not isinstance(x, Compute) or x.node not in self.op_of:
                 continue
@@ -382,7 +382,8 @@ class Replayer:
             if self.primary_of_op[op] == x.node:
                 plan[k] = []
                 last[(op, x.device)] = k
-            elif (op, x.device) in last and (last[(op, x.device)], x.node) not in {w[:2] for w in wanted}:
+            elif (op, x.device) in last and (last[(op, x.device)], x.node) not in seen:
+                seen.add((last[(op, x.device)], x.node))
                 wanted.append((last[(op, x.device)], x.node, k))
         held = {d: np.zeros(len(sim.timeline[d][1]), dtype=np.int64) for d in sim.timeline}
         for k, o, k2 in wanted:
@@ -561,7 +562,7 @@ class Replayer:
                 t = outs[self.index_of[v]]
                 if v == self.primary_of_op[op.name]:
                     self._drop_stash(d, v)
-                    # keep the outputs the schedule computes from this run where the prediction has room
+                    # keep the outputs the schedule computes from this run where the budget has room
                     # (`_plan_stash`): held from now, not from their own compute, but the op is not run again
                     rest = {o: outs[self.index_of[o]] for o in self.take_next.get(k, ())}
                     self.stash[d][v] = rest
