@@ -61,17 +61,16 @@ def capture_step(model, example_inputs, loss_fn: Callable | None = None, *, targ
                                hint="drop --profile, or capture without --fake")
         cost_of, failed, scratch = profiled(cost_of, str(device))
     graph = joint_to_graph(step, cost_of, name=name or type(model).__name__, optimizer=optimizer)
-    if scratch:     # a GPU's: each op's joins the workspace of its node (a multi-output op's, its primary's)
-        primary = fold(step).primary
-        graph = with_scratch(graph, {primary.get(op, op): b for op, b in scratch.items()})
     info = graph.meta["capture"]
     info["cost"] = "profiled" if profile else "roofline"
-    if scratch:
-        info["scratch_bytes"] = dict(sorted(scratch.items()))
     info["cuda_model"] = models["cuda"].name
     info["parameters"] = sum(p.numel() for p in model.parameters())
     if failed:
         info["profile_failed"] = failed
+    if scratch:     # a GPU's: each op's joins the workspace of its node (a multi-output op's, its primary's)
+        info["scratch_bytes"] = dict(sorted(scratch.items()))
+        primary = fold(step).primary
+        graph = with_scratch(graph, {primary.get(op, op): b for op, b in scratch.items()})
     return step, graph
 
 

@@ -393,7 +393,8 @@ class Replayer:
             # workspace until then) to the output's own compute; the op again, at that compute
             lo, at = np.searchsorted(times, [sim.end[k], sim.start[k2]], "left").tolist()
             hi = int(np.searchsorted(times, sim.start[k2], "right"))
-            size, again = self.graph.node(o).bytes, primary.bytes + primary.workspace - self.graph.node(o).bytes
+            size = self.graph.node(o).bytes
+            again = primary.bytes + primary.workspace - size
             over_held = int((level[lo:at] + held[d][lo:at]).max(initial=-size)) + size - sim.budget[d]
             over_again = int((level[at:hi] + held[d][at:hi]).max(initial=0)) + again - sim.budget[d]
             if over_held <= max(over_again, 0):
