@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import operator
 import resource
 
 import pytest
@@ -19,7 +20,7 @@ from torch import nn  # noqa: E402
 from optsched.capture import CaptureError, capture, capture_factory, capture_step  # noqa: E402
 from optsched.capture.memory import eager_peak  # noqa: E402
 from optsched.capture.models import BUILTIN, cnn, mlp  # noqa: E402
-from optsched.capture.trace import fold, is_view, live_nodes  # noqa: E402
+from optsched.capture.trace import fold, is_view, live_nodes, runnable  # noqa: E402
 from optsched.cli import main  # noqa: E402
 from optsched.cluster import single_accelerator  # noqa: E402
 from optsched.formats import load_graph, save_graph  # noqa: E402
@@ -433,3 +434,17 @@ def test_cli_bad_factories(capsys, tmp_path, body, needle):
     spec = f"{tmp_path / 'broken.py'}:build"
     code, _, err = run(capsys, "capture", spec, "-o", tmp_path / "g.json")
     assert code == 2 and needle.replace("FILE:build", spec) in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_op_without_a_cpu_kernel_gets_no_cpu_cost_so_no_schedule_puts_it_on_the_host():
+    """A step captured on a GPU may call memory-efficient attention, which has no CPU kernel: its node loses the
+    "cpu" kind (the replay's host could not run it); ops that run anywhere, and non-aten calls, keep every kind."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    attention = g.call_function(torch.ops.aten._scaled_dot_product_efficient_attention_backward.default, (x,))
+    mm = g.call_function(torch.ops.aten.mm.default, (x, x))
+    item = g.call_function(operator.getitem, (x, 0))
+    both = {"cuda": 1e-3, "cpu": 5e-3}
+    assert runnable(both, mm) == both and runnable(both, item) == both
+    assert runnable(both, attention) == {"cuda": 1e-3}
+    assert runnable({"cpu": 5e-3}, attention) == {}      # captured nowhere it can run: check_graph refuses it

@@ -616,10 +616,12 @@ def test_compile_for_a_gpu_plans_for_the_scratch_its_ops_take(monkeypatch):
         measured.append(replayer.schedule)
         return {op: extra}
 
-    assert X.measure_scratch(Replayer(model, step, graph, big, solve(graph, big, "keep-everything")),
-                             ex["inputs"], ex["targets"]) == {}   # no GPU here: nothing to measure
+    on_cpu = {"gpu0": "cpu"}    # a CUDA box too replays on the CPU here
+    assert X.measure_scratch(Replayer(model, step, graph, big, solve(graph, big, "keep-everything"), on_cpu),
+                             ex["inputs"], ex["targets"]) == {}   # no GPU in the replay: nothing to measure
     _stand_in_a_gpu(monkeypatch, scratch)
-    ours = compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem=budget, solver="heuristic")
+    ours = compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem=budget, solver="heuristic",
+                   devices=on_cpu)
     assert len(measured) == 1 and ours.graph.node(op).workspace == graph.node(op).workspace + extra
     assert simulate(ours.graph, ours.cluster, ours.schedule).valid      # planned for
     model.zero_grad(set_to_none=True)
@@ -753,7 +755,7 @@ def test_a_compute_records_an_event_only_where_a_copy_reads_its_value(offload_ca
     monkeypatch.setattr(torch.cuda, "set_stream", current.append)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: "the caller's device")
     monkeypatch.setattr(torch.cuda, "set_device", current.append)
-    with Replayer(ex["model"], step, graph, cluster, schedule) as replay:
+    with Replayer(ex["model"], step, graph, cluster, schedule, {"gpu0": "cpu"}) as replay:   # CPU on a CUDA box too
         stream = replay.streams["gpu0"] = Stream()
         _check_step(replay, ex)
         assert current == [stream, "the caller's", "the caller's device"]

@@ -340,8 +340,9 @@ def joint_to_graph(step: Step, cost_of, *, name: str = "", optimizer: str | None
         rnd = is_random(n)
         if rnd:
             random_ids.append(n.name)
-        nodes.append(Node(n.name, _op_name(n), kind_of(n.name), tuple(_tensor_inputs(n, f.owner)), cost_of(n),
-                          storage_bytes(val), recomputable=not rnd, required=n.name in required))
+        nodes.append(Node(n.name, _op_name(n), kind_of(n.name), tuple(_tensor_inputs(n, f.owner)),
+                          runnable(cost_of(n), n), storage_bytes(val), recomputable=not rnd,
+                          required=n.name in required))
         fx_of[n.name] = n.name
     if optimizer:
         extra = _optimizer_nodes(step, f, nodes, optimizer, cost_of)
@@ -365,6 +366,18 @@ def joint_to_graph(step: Step, cost_of, *, name: str = "", optimizer: str | None
     return check_graph(Graph(tuple(nodes), name=name, meta=meta))
 
 
+def runnable(cost: dict[str, float], n: torch.fx.Node) -> dict[str, float]:
+    """`cost` without the device kinds that have no kernel for n's op, so that no schedule puts it there: an op
+    captured on a GPU may have none on the CPU (memory-efficient attention and its backward). CUDA's kernels can be
+    looked up only in a build that has them."""
+    if not isinstance(n.target, torch._ops.OpOverload):
+        return cost
+    keys = {"cpu": "CPU", "cuda": "CUDA"} if torch.cuda.is_available() else {"cpu": "CPU"}
+    name = n.target.name()
+    return {k: s for k, s in cost.items()
+            if k not in keys or torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, keys[k])}
+
+
 def _op_name(n: torch.fx.Node) -> str:
     return str(n.target).removeprefix("aten.")
 
@@ -382,7 +395,8 @@ def _multi_output(n, f: Folding, step, cost_of, kind_of, required, nodes, fx_of,
     others = sum(storage_bytes(vals[o]) for o in outs if o != primary)
     unused = sum(storage_bytes(v) for v in n.meta["val"] if isinstance(v, torch.Tensor)) - \
         sum(storage_bytes(vals[o]) for o in outs)
-    nodes.append(Node(primary, op, kind_of(primary), tuple(ins), cost_of(n), storage_bytes(vals[primary]),
+    nodes.append(Node(primary, op, kind_of(primary), tuple(ins), runnable(cost_of(n), n),
+                      storage_bytes(vals[primary]),
                       workspace=others + max(unused, 0), recomputable=not rnd, required=primary in required))
     fx_of[primary] = primary
     zero = {k: 0.0 for k in nodes[-1].cost}
