@@ -813,15 +813,19 @@ def test_cuda_measure_costs():
     step, graph = capture_step(model, inputs, ex["loss_fn"], targets=targets)
     measured = measure_costs(model, step, graph, inputs, targets, device="cuda", runs=2)
     for n, m in zip(graph.nodes, measured.nodes, strict=True):
-        assert m.cost["cuda"] > 0 and m.cost["cpu"] == n.cost["cpu"] and m.workspace >= n.workspace
+        assert m.cost["cuda"] > 0 and m.cost.get("cpu") == n.cost.get("cpu") and m.workspace >= n.workspace
+    # fp32 attention runs the memory-efficient kernel on the GPU, which the CPU has none of
+    assert {n.op for n in graph.nodes if "cpu" not in n.cost} >= {"_scaled_dot_product_efficient_attention.default"}
     bandwidth, latency = measure_copy("cuda")
     assert bandwidth > 0 and latency >= 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_compile_trains_like_eager():
-    """The drop-in integration on cuda:0 at half the keep-everything peak: SGD steps through the replayed schedule
-    (recomputation and swaps to pinned host memory) follow plain training's losses and parameters."""
+    """The drop-in integration on cuda:0 at 70% of the keep-everything peak: SGD steps through the replayed schedule
+    (recomputation and swaps to pinned host memory) follow plain training's losses and parameters. (At half, what
+    is left beside the model, 445 kB on an H100, is less than the attention backward needs with its scratch, 562 kB,
+    and that op has no CPU kernel to run it on the host: compile says no schedule fits.)"""
     from optsched.solvers.baselines import keep_everything_peak
     from optsched.units import parse_size
 
@@ -830,9 +834,9 @@ def test_cuda_compile_trains_like_eager():
     model = ex["model"].cuda()
     ex = {**ex, "inputs": tuple(t.cuda() for t in ex["inputs"]), "targets": tuple(t.cuda() for t in ex["targets"])}
     ref = copy.deepcopy(model)
-    asked = parse_size("50%", "mem", keep_everything_peak(capture_step(model, ex["inputs"], ex["loss_fn"],
+    asked = parse_size("70%", "mem", keep_everything_peak(capture_step(model, ex["inputs"], ex["loss_fn"],
                                                                        targets=ex["targets"])[1]))
-    step = compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem="50%", solver="heuristic")
+    step = compile(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"], mem="70%", solver="heuristic")
     budget = step.cluster.device("gpu0").memory   # what is left beside the model it holds on its one GPU
     assert budget < asked and step.predicted.peak["gpu0"] <= budget
     ours = _train(lambda: step(*ex["inputs"], *ex["targets"]).item(), model, ex)
