@@ -60,7 +60,10 @@ pinned host memory; peaks from cuda:0's allocator for every side (a schedule's h
 step times are wall times to the end of the GPU's work. There optsched's gradients equal eager's bitwise on mlp and
 gpt2 (within 2e-7 on the transformer), while torch.compile's differ by up to 4e-3; but at a 50% target the replay's
 measured peak is above the budget (gpt2 +18%, mlp +60%; the ledger keeps to it), and there the op-by-op replay takes
-1.35-2.93x eager's step time where torch.compile at its nearest budget takes 0.83-1.02x.
+1.35-2.93x eager's step time where torch.compile at its nearest budget takes 0.83-1.02x. On an H100 after the
+replay called the host less per op (against_pytorch_cuda_h100.csv, at 0b7ec8a; the transformer only, as the run was
+cut at 120 s in GPT-2): the MILP's schedule at torch.compile's 50%-budget peak (0.80 of eager's) takes 1.32x eager's
+step (1.73x on the H200 before), torch.compile 0.99x; at 50% of eager's peak, 1.53x (2.04x before).
 
     .venv/bin/python experiments/against_pytorch.py          # writes experiments/results/against_pytorch_cpu.csv, .png
     .venv/bin/python experiments/against_pytorch.py --quick  # mlp only, small, into the temp directory

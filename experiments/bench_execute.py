@@ -25,15 +25,16 @@ there with CUDA events, the device-to-host copy bandwidth measured, the host kee
 then read three ways: the ledger (measured_peak_bytes), cuda:0's allocator over a warm step (allocator_peak_gpu0_bytes,
 allocator_error against the prediction), and one more step with the caching allocator capped at the budget
 (capped_status: "ok" when the step fits the budget on the GPU itself). The op costs and each op's scratch on the GPU
-(`measure_costs`) come from the keep-everything replay, so the prediction counts the scratch. On an H100 (torch 2.11,
-at b13f95e; experiments/results/execute_cuda.csv, and execute_cuda_hold.csv with --hold): held, the allocator is
-within 10% of the prediction (with the held tensors) in 23 of 25 schedules and at most the budget in 21; moved, in
-21 and 11 of 27, as the model still holds what a schedule swaps out. Capped, only 5 held steps fit, though 21 keep
-their allocated peak within the budget: the caching allocator's blocks left gaps it could not use under the cap
-(the transformer at 100%, heuristic: 28 MB reserved beyond what was allocated when it gave up), so on a GPU give
-the budget that margin. The step time is within 15% of the prediction in 16 of 27 moved and 11 of 25 held rows: the
-replay issues ops from Python, the host bounds these steps, and its speed varied by up to 2x between runs a minute
-apart (GPT-2's keep-everything replay: 24.8 ms in one, 42.0 ms in the other). The allocator's excess when moved
+(`measure_costs`) come from the keep-everything replay, so the prediction counts the scratch. On an H100 (torch 2.11;
+experiments/results/execute_cuda_hold.csv with --hold, at c62dd5e; execute_cuda.csv at 0b7ec8a): held (25
+schedules), gpu0 with the model's tensors is within the budget in all 25, the allocator within 10% of the prediction
+in 23, and the step within 15% of the prediction in 21 (median 6.9%; 11 of 25 before the replay called the host
+less per op). Moved (27), the allocator is within 10% in 21 and at most the budget in 12, as the model still holds
+what a schedule swaps out; the step is within 15% in 18 (median 8.5%) and within 15% of the predicted ratio to
+keep-everything's step in 22. Capped, 6 held steps fit (10 with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,
+execute_cuda_hold_expandable.csv): the caching allocator's blocks leave gaps it cannot use under the cap, so on a
+GPU give the budget that margin. The worst row is the mlp at 50% by MILP, moved: 198 copies, 19.2 ms predicted,
+104.8 ms measured, and the allocator 60% over the prediction. The allocator's excess when moved
 grows with the copies: a schedule may swap a parameter or an input out of the accelerator, which the ledger then
 releases, but the model (or the caller) still holds that tensor, so its memory stays. On this CPU, mlp at bench
 size and 70% (heuristic): the allocator is 8.39 MB over the sum of the predicted peaks, exactly the two 4.19 MB
@@ -249,10 +250,7 @@ def _capped_step(replay, model, inputs, targets, budget: int) -> dict:
     """One more step with cuda:0's caching allocator held to the budget: what it has reserved at the start (the
     cap counts reserved memory, not allocated), less the parameters, buffers and inputs (the budget counts them),
     plus the budget. Under that cap the allocator frees its cache and waits for the streams before it gives up, so
-    the step fits the budget on the GPU itself when it ends without running out of memory.
-
-    (execute_cuda.csv was made with the cap taken from the allocated level instead, which leaves the step less
-    room than the budget by the start's reserved-but-unallocated bytes: its capped_status is not conclusive.)"""
+    the step fits the budget on the GPU itself when it ends without running out of memory."""
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     cap = torch.cuda.memory_reserved() - _resident(model, inputs + targets, "cuda:0") + budget
