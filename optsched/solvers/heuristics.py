@@ -43,6 +43,7 @@ from .nofit import not_found
 from .options import SolveOptions
 from .partition import metf as metf_place
 from .partition import node_time_on, pardnn, placement_devices
+from .polish import drop_unread_copies
 from .sequential import pick_device
 
 _FORWARD = KINDS.index("forward")
@@ -54,8 +55,9 @@ def _verify_default(graph: Graph) -> bool:
 
 def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, build, t0: float,
              extra=None, drops: bool = True) -> Schedule:
-    """Run `build(budget_scale, defer_chains)`; check in the simulator; shrink and retry on overflow. Where the plan
-    may drop values (`drops`) and the graph is small enough to plan twice, the plans with and without deferring the
+    """Run `build(budget_scale, defer_chains)`; check in the simulator, without the copies nothing reads
+    (`polish.drop_unread_copies`; params {"drop_unread": False} keeps them); shrink and retry on overflow. Where the
+    plan may drop values (`drops`) and the graph is small enough to plan twice, the plans with and without deferring the
     drops that chain gradients (`memplan.chained`) are both made and the faster is kept: the deferral gives ResNet-50
     at 30% of its keep-everything memory a plan at all, but the shipped BERT at 878 MB, one accelerator without
     swapping, is 3.3% faster without it."""
@@ -85,7 +87,7 @@ def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, b
             if last.code != "over-budget":
                 raise RuntimeError(f"{name} produced an invalid schedule: {last.message}")
         if best is not None:
-            sched, r = best
+            sched, r = drop_unread_copies(graph, cluster, *best) if options.params.get("drop_unread", True) else best
             ex = dict(extra or {})
             ex.update(peak=r.peak, recomputed=r.recomputed, transfer_bytes=r.transfer_bytes)
             return Schedule(sched.instructions, SolveReport(name, "heuristic", objective=r.makespan,

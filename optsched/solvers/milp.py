@@ -83,7 +83,9 @@ Reductions and what they cost:
   cheap chains folded (`coarsen.py`) and expands the result: a smaller model,
   a restriction (only `bounds.lower_bounds` is reported as the bound);
   {"highs": {name: value}} sets HiGHS options (over `_HIGHS_DEFAULTS`);
-  {"polish": False} returns the solver's schedule unpolished (see Polish).
+  {"polish": False} returns the solver's schedule unpolished (see Polish);
+  {"drop_unread": False} keeps the copies nothing reads where they land
+  (`polish.drop_unread_copies`, which otherwise removes them).
 - Bounds: the reported bound is the larger of the solver's dual bound and
   `bounds.lower_bounds` (longest dependency chain, total work over the
   devices, and on one device without copies the work plus the recomputation
@@ -154,7 +156,7 @@ import numpy as np
 from ..cluster import Cluster
 from ..errors import InfeasibleError, OptschedError
 from ..graph import Graph, memory_lower_bound
-from ..schedule import Schedule, SolveReport
+from ..schedule import Copy, Schedule, SolveReport
 from ..simulate import describe, simulate
 from ..units import format_size
 from .bounds import _SECONDS, blocking_moments, least_budget, lower_bounds, order_moments
@@ -177,7 +179,7 @@ from .milp_model import (
 )
 from .nofit import no_room, unplaceable
 from .options import SolveOptions
-from .polish import keep_instead_of_recompute
+from .polish import drop_unread_copies, keep_instead_of_recompute
 
 
 class MilpBug(RuntimeError):
@@ -529,6 +531,12 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
         head = (f"the MILP's schedule ({obj:.6g} s in its stage model) polished outside that model: "
                 f"{res.makespan:.6g} s, {res.recomputed} recomputations")
         obj = res.makespan
+    lean, res = drop_unread_copies(graph, cluster, sched, res) if options.params.get("drop_unread", True) \
+        else (sched, res)      # no slower: the objective stays an upper bound
+    if lean is not sched:
+        copies = (sum(isinstance(i, Copy) for i in s.instructions) for s in (sched, lean))
+        extra["unread_copies_dropped"] = next(copies) - next(copies)
+        sched = lean
     extra.update(makespan=res.makespan, peak=res.peak)
     if best_base is not None and best_base[2].makespan < res.makespan * (1 - 1e-12):
         name, bsched, bres = best_base
