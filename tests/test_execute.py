@@ -132,7 +132,7 @@ def _calls(monkeypatch) -> list[str]:
     """The FX nodes the replays call from now on, in order."""
     calls: list[str] = []
     call = Replayer._call
-    monkeypatch.setattr(Replayer, "_call", lambda self, d, n: calls.append(n.name) or call(self, d, n))
+    monkeypatch.setattr(Replayer, "_call", lambda self, d, n, env=None: calls.append(n.name) or call(self, d, n, env))
     return calls
 
 
@@ -226,6 +226,41 @@ def test_two_devices_and_milp_with_swap():
         assert stats.loss == want_loss.item()
         for p, g in zip(model.parameters(), want, strict=True):
             assert torch.equal(p.grad, g)
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_the_hosts_computations_run_on_a_thread_of_their_own(name, monkeypatch):
+    """host_thread (the default where a device maps to a GPU, here on the CPU): the ops the schedule puts on the
+    host run on one thread of their own, the same across steps, while the main thread goes on with the
+    accelerator's; an op with several outputs stays on the main thread. The gradients are bitwise eager's and the
+    ledger's peaks as without it, the host's the simulator's (it counts what the thread has still to make at the
+    graph's bytes)."""
+    torch.manual_seed(2)
+    ex = BUILTIN[name]()
+    model = ex["model"]
+    step, graph = capture_step(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    big = single_accelerator(2**40)
+    cluster = single_accelerator(int(simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"] * 0.2))
+    schedule = solve(graph, cluster, "metf")
+    on = {}
+    run_op = Replayer._run_op
+
+    def spy(self, d, v, n, env=None):
+        on.setdefault((v, d), set()).add(threading.current_thread().name.rsplit("_", 1)[0])
+        return run_op(self, d, v, n, env)
+
+    monkeypatch.setattr(Replayer, "_run_op", spy)
+    peaks = []
+    for threaded in (False, True):
+        on.clear()
+        with Replayer(model, step, graph, cluster, schedule, host_thread=threaded) as replay:
+            for _ in range(2):
+                _check_step(replay, ex)
+            peaks.append(replay.run(ex["inputs"], ex["targets"]).peak)
+        alone = {(v, d) for v, d in on if d == "host" and v not in replay.op_of}
+        assert alone and all(on[x] == {"optsched-compute host" if threaded else "MainThread"} for x in alone)
+        assert all(on[x] == {"MainThread"} for x in on if x not in alone)
+    assert peaks[0] == peaks[1] and peaks[1]["host"] == simulate(graph, cluster, schedule).peak["host"]
 
 
 def test_cpu_allocator_peak_matches_prediction():
@@ -767,11 +802,11 @@ def test_a_compute_records_an_event_only_where_a_copy_reads_its_value(offload_ca
         assert sum(isinstance(ev, Event) for ev in copied) == len(from_gpu) > 0 and stream.waited == []
         calls = []
 
-        def fails(self, d, v, n):
+        def fails(self, d, v, n, env=None):
             calls.append(v)
             if len(calls) == 3:
                 raise RuntimeError("CUDA out of memory (stood in)")
-            return replay_module.Replayer._call(self, d, n)
+            return replay_module.Replayer._call(self, d, n, env)
 
         monkeypatch.setattr(Replayer, "_run_op", fails)
         with pytest.raises(RuntimeError, match="stood in"):

@@ -11,7 +11,13 @@ The traced joint graph (`capture.trace.Step`) gives each node's ATen call.
   batch-norm or convolution backward: 10-16 a step in the cnn's heuristic and
   MILP schedules, which place the small secondaries apart), where the budget
   has room for it (`_plan_stash`), and reruns the op for an output it could
-  not keep or whose stash went with its freed primary;
+  not keep or whose stash went with its freed primary. Where the step also
+  runs on a GPU, the host's computations run on a thread of their own
+  (`host_thread`): on the main thread, which issues the GPUs' work, a host
+  op would hold that work back for as long as it runs, where the simulator
+  has the host compute beside the GPUs (with the model held, the
+  heuristic's schedule of the GPU-sized mlp at 50% computes 13 backward ops
+  on the host);
 - `copy v a->b`: a real copy (a clone when both map to one torch device, so
   memory behaves as on two devices); host-bound copies from CUDA go into
   pinned buffers reused across steps, on one CUDA stream per link; when both
@@ -73,7 +79,7 @@ import torch
 
 from ..capture.cost import _median_time, run_op
 from ..capture.memory import _resident, cpu_allocation_peak, model_storages
-from ..capture.trace import Step, _op_name, fold
+from ..capture.trace import Step, _op_name, fold, is_random
 from ..cluster import Cluster
 from ..errors import OptschedError
 from ..graph import Graph
@@ -264,11 +270,17 @@ class Replayer:
     """One schedule bound to one model: `run(inputs, targets)` performs a training step.
 
     CPU copies run on one worker thread per link, started on first use and kept across steps; `close()` (or
-    leaving a `with` block, or collecting the Replayer) stops them.
+    leaving a `with` block, or collecting the Replayer) stops them. So do the host's computations where the step
+    also runs on a GPU (`host_thread`, below).
+
+    `host_thread`: the host's computations run on a thread of their own, so that the main thread goes on issuing
+    the GPUs' work meanwhile, as the simulator has the host compute beside them; by default where some device maps
+    to a GPU (on the CPU alone the accelerator stands in on the main thread, and the host computes none in the
+    benches). Ops with several outputs, random ops and timed steps stay on the main thread.
     """
 
     def __init__(self, model: torch.nn.Module, step: Step, graph: Graph, cluster: Cluster, schedule: Schedule,
-                 devices: Mapping[str, str] | None = None):
+                 devices: Mapping[str, str] | None = None, host_thread: bool | None = None):
         check_match(step, graph)
         sim = simulate(graph, cluster, schedule)
         if not sim.valid:
@@ -341,8 +353,12 @@ class Replayer:
         # the schedule device that holds the model's tensors on each torch device: its accelerator, if any
         kind = {x.name: x.kind for x in cluster.devices}
         self.keeper = {w: next((d for d in ds if kind[d] == "cuda"), ds[0]) for w, ds in self.same.items()}
-        self.pools: dict[str, ThreadPoolExecutor] = {}   # CPU copy streams by link
-        self.pending: list[Future] = []                  # CPU copies issued since the last sync
+        self.pools: dict[str, ThreadPoolExecutor] = {}   # CPU copy streams by link, the host's compute thread
+        self.pending: list[Future] = []                  # CPU copies and host computes issued since the last sync
+        on_thread = self.cuda if host_thread is None else host_thread
+        self.threaded = {x.name for x in cluster.devices
+                         if on_thread and x.kind == "cpu" and self.dev[x.name].type == "cpu"}
+        self.timing = False
         self.scratch = False                             # `run(scratch=True)`: measure each op's scratch on GPUs
         self.op_scratch: dict[str, int] = {}
         self.busy: set = set()                           # CUDA streams given work since the last sync
@@ -353,7 +369,7 @@ class Replayer:
         weakref.finalize(self, _shutdown, self.pools)
 
     def close(self) -> None:
-        """Stop the copy workers; a later `run` starts them again."""
+        """Stop the copy workers and the host's compute thread; a later `run` starts them again."""
         _shutdown(self.pools, wait=True)
 
     def __enter__(self) -> Replayer:
@@ -406,25 +422,27 @@ class Replayer:
 
     # -- values -----------------------------------------------------------------------------------------------------
 
-    def _value(self, d: str, n: torch.fx.Node):
-        """The tensor of FX node n on schedule device d: resident, or a view re-derived from its owner."""
-        env = self.env[d]
+    def _value(self, d: str, n: torch.fx.Node, env=None):
+        """The tensor of FX node n on schedule device d (in `env`, d's values, or those an op on the host's thread
+        was given): resident, or a view re-derived from its owner."""
+        env = self.env[d] if env is None else env
         if n.name in env:
-            return env[n.name][-1][0]
+            t = env[n.name][-1][0]
+            return t.result() if isinstance(t, Future) else t
         if n.name in self.graph_ids:
             raise ExecuteError(f"{n.name} is read on {d} where it is not resident (an executor bug: the simulator "
                                "accepted this schedule)")
         if n.target is operator.getitem:
-            return self._value(d, n.args[0])[n.args[1]]
-        return self._call(d, n)
+            return self._value(d, n.args[0], env)[n.args[1]]
+        return self._call(d, n, env)
 
-    def _call(self, d: str, n: torch.fx.Node):
+    def _call(self, d: str, n: torch.fx.Node, env=None):
         if n.op == "get_attr":   # a tensor the forward made from Python values, lifted onto the traced module
             t = self.step.gm
             for part in n.target.split("."):
                 t = getattr(t, part)
             return t.to(self.dev[d], non_blocking=True) if isinstance(t, torch.Tensor) else t
-        resolve = functools.partial(self._value, d)
+        resolve = functools.partial(self._value, d, env=env)
         args = torch.fx.node.map_arg(n.args, resolve)
         kwargs = torch.fx.node.map_arg(n.kwargs, resolve) if n.kwargs else n.kwargs
         if "device" in kwargs:   # factory ops were traced with the capture's device
@@ -452,7 +470,10 @@ class Replayer:
 
     def _counted(self, v: str, t: torch.Tensor) -> tuple[int, int]:
         """The bytes of v's tensor t in the ledger: its storage's, but no more than the graph gives a parameter or
-        an input (none where the model holds them all step: `cluster.hold_sources`); and the storage's address."""
+        an input (none where the model holds them all step: `cluster.hold_sources`); and the storage's address. A
+        value the host's thread has still to make (a Future) counts the graph's bytes, as the simulator does."""
+        if isinstance(t, Future):
+            return self.graph.node(v).bytes, None
         storage = t.untyped_storage()
         nbytes = storage.nbytes()
         return min(nbytes, self.source_bytes[v]) if v in self.source_bytes else nbytes, storage.data_ptr()
@@ -484,13 +505,14 @@ class Replayer:
                 self.outside_bytes[self.where[d]] += self.outside[storage]
                 self._track(d)
         readers = self.readers.get((d, v), ())
-        if t.is_cuda:
+        made = not isinstance(t, Future)
+        if made and t.is_cuda:
             for s in readers:
                 if not isinstance(s, Future):
                     t.record_stream(s)
         if not gens:
             self.readers.pop((d, v), None)
-        if self.cuda and t.device.type == "cpu" and t.is_pinned():
+        if made and self.cuda and t.device.type == "cpu" and t.is_pinned():
             # refilled only once the copy that filled it and every copy reading it are done: a CPU copy's Future,
             # or an event recorded now on each CUDA stream that reads it (its reads were issued before this free)
             waits = [ev, *(s if isinstance(s, Future) else self._recorded(s) for s in readers)]
@@ -545,6 +567,10 @@ class Replayer:
         self.callers, self.on = {}, {}
 
     def _compute(self, k: int, d: str, v: str) -> None:
+        if d in self.threaded and not self.timing and v not in self.source and v not in self.op_of \
+                and not is_random(self.fx[v]):
+            self._compute_on_thread(d, v)
+            return
         dev = self.dev[d]
         stream = self.streams.get(d)
         if stream is not None:
@@ -578,12 +604,31 @@ class Replayer:
             t = self._run_op(d, v, self.fx[v])
         self._put(d, v, t, self._recorded(stream) if (v, d) in self.copied else None, stream)
 
-    def _run_op(self, d: str, v: str, n: torch.fx.Node):
+    def _compute_on_thread(self, d: str, v: str) -> None:
+        """v's op on d's own thread (`host_thread`), given its inputs as they are now: a free issued after it
+        releases them once the op has run, and a pinned buffer among them is refilled only after that."""
+        env = self.env[d]
+        given = {u: env[u][-1:] for u in self.inputs_of[v] if u in env}
+        pool = self.pools.get(d)
+        if pool is None:
+            pool = self.pools[d] = ThreadPoolExecutor(1, thread_name_prefix=f"optsched-compute {d}")
+        done = pool.submit(self._run_given, d, v, given)
+        self.pending.append(done)
+        for u in given:
+            self.readers.setdefault((d, u), set()).add(done)
+        self._put(d, v, done, done)
+
+    def _run_given(self, d: str, v: str, given: dict):
+        for entries in given.values():
+            _host_wait(entries[-1][1])
+        return self._run_op(d, v, self.fx[v], given)
+
+    def _run_op(self, d: str, v: str, n: torch.fx.Node, env=None):
         """n's call for graph node v; in a scratch run on a GPU, also what it allocated and released meanwhile
         (`capture.cost.run_op`)."""
         if not self.scratch:
-            return self._call(d, n)
-        out, extra = run_op(lambda: self._call(d, n), self.dev[d])
+            return self._call(d, n, env)
+        out, extra = run_op(lambda: self._call(d, n, env), self.dev[d])
         if extra:
             self.op_scratch[v] = max(self.op_scratch.get(v, 0), extra)
         return out
@@ -604,6 +649,8 @@ class Replayer:
                 self._put(b, v, own, None)  # it on b, nothing moves
                 return
         src, ev, _ = self.env[a][v][-1]
+        if isinstance(src, Future):   # made on the host's thread: the copy starts once it is
+            src = src.result()
         da, db = self.dev[a], self.dev[b]
         link = f"{a}->{b}"
         if da.type == db.type == "cpu":
@@ -717,6 +764,7 @@ class Replayer:
         self.readers = {}
         self.pending = []
         self.busy, self.owed = set(), {}
+        self.timing = timed      # a timed step computes on the main thread, whose clock times each op
         # timed: each compute gets the time its stream advanced since the previous one there, so the dispatch and
         # bookkeeping before the op are charged to it (waits for inputs too: time schedules without copies)
         for stream in self.streams.values():   # what the caller queued before the step (the optimizer's update of
