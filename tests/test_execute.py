@@ -520,6 +520,24 @@ def test_refuses_schedule_over_budget(mlp_case):
         Replayer(ex["model"], step, graph, single_accelerator(100_000), keep)
 
 
+def test_refuses_an_op_with_no_kernel_where_the_schedule_runs_it(mlp_case, monkeypatch):
+    """A graph captured on one kind of device and replayed on another that has no kernel for one of its ops (here
+    the CPU's mm, stood in for as missing): refused before anything runs, naming the node, the op and the device."""
+    ex, step, graph = mlp_case
+    cluster = single_accelerator(2**40)
+    schedule = solve(graph, cluster, "keep-everything")
+    has = torch._C._dispatch_has_computed_kernel_for_dispatch_key
+    monkeypatch.setattr(torch._C, "_dispatch_has_computed_kernel_for_dispatch_key",
+                        lambda name, key: name != "aten::mm" and has(name, key))
+    first = next(x.node for x in schedule.instructions
+                 if isinstance(x, Compute) and graph.node(x.node).op == "mm.default")
+    model = ex["model"]
+    model.zero_grad(set_to_none=True)
+    with pytest.raises(ExecuteError, match=rf"node '{first}': it runs mm.default on gpu0 \(cpu\), which has no kernel"):
+        execute(model, ex["inputs"], graph, schedule, cluster, targets=ex["targets"], loss_fn=ex["loss_fn"])
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_refuses_graph_of_another_model(mlp_case):
     ex, _, graph = mlp_case
     other = BUILTIN["mlp"](depth=3)

@@ -366,16 +366,23 @@ def joint_to_graph(step: Step, cost_of, *, name: str = "", optimizer: str | None
     return check_graph(Graph(tuple(nodes), name=name, meta=meta))
 
 
+_DISPATCH = {"cpu": "CPU", "cuda": "CUDA"}     # device kind -> dispatch key
+
+
+def has_kernel(n: torch.fx.Node, kind: str) -> bool:
+    """Whether n's op has a kernel for the device kind ("cpu" or "cuda"): an op captured on a GPU may have none on
+    the CPU (memory-efficient attention and its backward), one captured on the CPU none on a GPU. True where it
+    cannot be told: not an ATen op, or CUDA in a build or on a machine without it."""
+    if not isinstance(n.target, torch._ops.OpOverload) or kind not in _DISPATCH or \
+            (kind == "cuda" and not torch.cuda.is_available()):
+        return True
+    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(n.target.name(), _DISPATCH[kind])
+
+
 def runnable(cost: dict[str, float], n: torch.fx.Node) -> dict[str, float]:
-    """`cost` without the device kinds that have no kernel for n's op, so that no schedule puts it there: an op
-    captured on a GPU may have none on the CPU (memory-efficient attention and its backward). CUDA's kernels can be
-    looked up only in a build that has them."""
-    if not isinstance(n.target, torch._ops.OpOverload):
-        return cost
-    keys = {"cpu": "CPU", "cuda": "CUDA"} if torch.cuda.is_available() else {"cpu": "CPU"}
-    name = n.target.name()
-    return {k: s for k, s in cost.items()
-            if k not in keys or torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, keys[k])}
+    """`cost` without the device kinds that have no kernel for n's op (`has_kernel`), so no schedule puts it
+    there."""
+    return {k: s for k, s in cost.items() if has_kernel(n, k)}
 
 
 def _op_name(n: torch.fx.Node) -> str:

@@ -79,7 +79,7 @@ import torch
 
 from ..capture.cost import _median_time, run_op
 from ..capture.memory import _resident, cpu_allocation_peak, model_storages
-from ..capture.trace import Step, _op_name, fold, is_random
+from ..capture.trace import Step, _op_name, fold, has_kernel, is_random
 from ..cluster import Cluster
 from ..errors import OptschedError
 from ..graph import Graph
@@ -313,6 +313,7 @@ class Replayer:
             self.source[ph] = ("buffer", fqn)
         for k, ph in enumerate(step.inputs):
             self.source[ph] = ("input", k)
+        self._check_kernels(schedule)
         self.output_node = next(n for n in step.gm.graph.nodes if n.op == "output")
         self.shapes = [tuple(self.fx[ph].meta["val"].shape) for ph in step.inputs]
         self.dtypes = [self.fx[ph].meta["val"].dtype for ph in step.inputs]
@@ -377,6 +378,24 @@ class Replayer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _check_kernels(self, schedule: Schedule) -> None:
+        """Refuse, before anything runs, a compute whose op has no kernel where it is placed (a graph captured on
+        the CPU, replayed on a GPU, or the other way round: `capture.trace.has_kernel`)."""
+        seen = set()
+        for x in schedule.instructions:
+            if not isinstance(x, Compute) or x.node in self.source:
+                continue
+            op = self.op_of.get(x.node) or self.fx[x.node]
+            where = self.dev[x.device]
+            if (op.target, where.type) in seen:
+                continue
+            seen.add((op.target, where.type))
+            if not has_kernel(op, where.type):
+                raise ExecuteError(f"it runs {_op_name(op)} on {x.device} ({where}), which has no kernel for it",
+                                   node=x.node,
+                                   hint=f"capture the model on {where.type}, or map {x.device} to another device "
+                                        "(--device-map)")
 
     def _plan_stash(self, schedule: Schedule, sim: SimResult) -> dict[int, list[str]]:
         """For each compute of a multi-output primary: the other outputs the schedule computes on its device
