@@ -356,9 +356,12 @@ class Replayer:
         self.keeper = {w: next((d for d in ds if kind[d] == "cuda"), ds[0]) for w, ds in self.same.items()}
         self.pools: dict[str, ThreadPoolExecutor] = {}   # CPU copy streams by link, the host's compute thread
         self.pending: list[Future] = []                  # CPU copies and host computes issued since the last sync
-        on_thread = self.cuda if host_thread is None else host_thread
-        self.threaded = {x.name for x in cluster.devices
-                         if on_thread and x.kind == "cpu" and self.dev[x.name].type == "cpu"}
+        # (node, device) of the computes that run on the host's thread (`host_thread`), found once
+        on_thread = {x.name for x in cluster.devices if (self.cuda if host_thread is None else host_thread)
+                     and x.kind == "cpu" and self.dev[x.name].type == "cpu"}
+        self.threaded = {(x.node, x.device) for x in schedule.instructions
+                         if isinstance(x, Compute) and x.device in on_thread and x.node not in self.source
+                         and x.node not in self.op_of and not is_random(self.fx[x.node])}
         self.timing = False
         self.scratch = False                             # `run(scratch=True)`: measure each op's scratch on GPUs
         self.op_scratch: dict[str, int] = {}
@@ -586,8 +589,7 @@ class Replayer:
         self.callers, self.on = {}, {}
 
     def _compute(self, k: int, d: str, v: str) -> None:
-        if d in self.threaded and not self.timing and v not in self.source and v not in self.op_of \
-                and not is_random(self.fx[v]):
+        if (v, d) in self.threaded and not self.timing:
             self._compute_on_thread(d, v)
             return
         dev = self.dev[d]

@@ -534,8 +534,8 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
     lean, res = drop_unread_copies(graph, cluster, sched, res) if options.params.get("drop_unread", True) \
         else (sched, res)      # no slower: the objective stays an upper bound
     if lean is not sched:
-        copies = (sum(isinstance(i, Copy) for i in s.instructions) for s in (sched, lean))
-        extra["unread_copies_dropped"] = next(copies) - next(copies)
+        extra["unread_copies_dropped"] = sum(isinstance(i, Copy) for i in sched.instructions) - \
+            sum(isinstance(i, Copy) for i in lean.instructions)
         sched = lean
     extra.update(makespan=res.makespan, peak=res.peak)
     if best_base is not None and best_base[2].makespan < res.makespan * (1 - 1e-12):
