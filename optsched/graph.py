@@ -1,7 +1,10 @@
 """The training step's dataflow graph: the IR every part of optsched shares.
 
 One node is one operation producing one output tensor (multi-output operations
-are split, views are folded into the node owning the storage). Edges are the
+are split, views are folded into the node owning the storage). A split
+operation's other outputs name, in `output_of`, the node whose computation
+makes them (its first output, which carries the cost): such an output exists
+from that computation on its device, not from its own zero-cost compute. Edges are the
 nodes' `inputs`; a node's output is the tensor every consumer reads. Costs are
 seconds per device kind (`cuda`, `cpu`); a kind missing from `cost` means the
 operation cannot run there.
@@ -38,6 +41,7 @@ class Node:
     workspace: int = 0
     recomputable: bool = True
     required: bool = False
+    output_of: str = ""     # the node whose computation also makes this output (a multi-output op's other output)
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class GraphArrays:
     required: np.ndarray
     kind: np.ndarray
     cost: dict[str, np.ndarray]
+    output_of: np.ndarray      # index of `Node.output_of`, -1 where empty
 
     def inputs_of(self, i: int) -> np.ndarray:
         return self.in_idx[self.in_ptr[i]:self.in_ptr[i + 1]]
@@ -129,7 +134,16 @@ def _build_arrays(graph: Graph) -> GraphArrays:
         required=np.array([node.required for node in graph.nodes], dtype=bool),
         kind=np.array([kinds.get(node.kind, -1) for node in graph.nodes], dtype=np.int8),
         cost=cost,
+        output_of=np.array([_index_of(index, node, "output_of") if node.output_of else -1 for node in graph.nodes],
+                           dtype=np.int64),
     )
+
+
+def _index_of(index: dict[str, int], node: Node, fld: str) -> int:
+    j = index.get(getattr(node, fld))
+    if j is None:
+        raise GraphError(f"{getattr(node, fld)!r} is not a node of the graph", node=node.id, field=fld)
+    return j
 
 
 def _topological_order(ids, in_ptr, out_ptr, out_idx) -> np.ndarray:
@@ -192,6 +206,14 @@ def check_graph(graph: Graph) -> Graph:
             if node.recomputable:
                 raise GraphError(f"a {node.kind} node cannot be recomputed", node=node.id, field="recomputable",
                                  hint="set recomputable to false")
+        if node.output_of:
+            if node.output_of not in node.inputs:
+                raise GraphError(f"output_of {node.output_of!r} is not one of its inputs", node=node.id,
+                                 field="output_of", hint="an operation's other output reads the node that makes it")
+            if node.recomputable:
+                raise GraphError("an operation's other output cannot be recomputed on its own", node=node.id,
+                                 field="recomputable", hint="set recomputable to false (its op runs again only "
+                                 f"as {node.output_of!r})")
     _ = graph.arrays  # builds the index: duplicate ids, dangling inputs and cycles raise here
     return graph
 
@@ -223,6 +245,20 @@ def drop_unneeded(graph: Graph) -> Graph:
     if not gone:
         return graph
     return Graph(tuple(n for n in graph.nodes if n.id not in gone), name=graph.name, meta=graph.meta)
+
+
+def attach_outputs(graph: Graph, order) -> np.ndarray:
+    """`order` with each operation's other outputs (`Node.output_of`) right after the node that makes them: the
+    simulator counts such an output from that node's computation, so computing it later only holds it longer."""
+    order = np.asarray(order, dtype=np.int64)
+    of = graph.arrays.output_of
+    if not (of >= 0).any():
+        return order
+    key = np.empty(len(order), dtype=np.float64)
+    key[order] = np.arange(len(order))
+    made = np.flatnonzero(of >= 0)
+    key[made] = key[of[made]] + 0.5 * (key[made] + 1) / (len(order) + 1)    # after the maker, in their own order
+    return order[np.argsort(key[order], kind="stable")]
 
 
 def operation_memory(graph: Graph) -> np.ndarray:
@@ -259,7 +295,7 @@ def to_networkx(graph: Graph):
     for node in graph.nodes:
         g.add_node(node.id, op=node.op, kind=node.kind, inputs=list(node.inputs), cost=dict(node.cost),
                    bytes=node.bytes, workspace=node.workspace, recomputable=node.recomputable,
-                   required=node.required)
+                   required=node.required, output_of=node.output_of)
     for node in graph.nodes:
         for src in node.inputs:
             g.add_edge(src, node.id)
@@ -284,5 +320,6 @@ def from_networkx(g) -> Graph:
             id=str(nid), op=str(attrs.get("op", "")), kind=kind, inputs=tuple(map(str, inputs)),
             cost=dict(attrs.get("cost", {})), bytes=attrs.get("bytes", 0), workspace=attrs.get("workspace", 0),
             recomputable=attrs.get("recomputable", kind not in SOURCE_KINDS), required=attrs.get("required", False),
+            output_of=str(attrs.get("output_of", "")),
         ))
     return check_graph(Graph(nodes=tuple(nodes), name=g.graph.get("name", ""), meta=dict(g.graph.get("meta", {}))))

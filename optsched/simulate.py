@@ -5,7 +5,11 @@ its time and memory under the stream semantics of DESIGN.md.
   instructions on a stream run in list order, each starting when its stream is
   free, its inputs are resident and the last `sync` before it has passed.
 - `compute v @ d` allocates v's bytes and workspace on d when it starts and
-  releases the workspace when it ends; `copy v a->b` allocates on b when it
+  releases the workspace when it ends; an operation's other output
+  (`Node.output_of` names the node whose computation makes it) is counted on
+  d from the end of that node's latest computation on d, which must be where
+  its value there came from (not a copy): the op made it then, and holding it
+  until its own zero-cost compute takes that memory; `copy v a->b` allocates on b when it
   starts; `free v @ d` releases v once every earlier reader of v on d is done.
 - A copy over a link with an `issue` time also holds the compute streams of
   both ends for that long: the next computation in list order on each starts
@@ -41,7 +45,7 @@ from .units import format_size
 @dataclass(frozen=True)
 class Violation:
     code: str            # unknown-node, unknown-device, no-link, not-runnable, not-resident,
-                         # already-resident, not-recomputable, over-budget, missing-result
+                         # already-resident, not-recomputable, not-made-here, over-budget, missing-result
     message: str
     index: int | None = None
     node: str | None = None
@@ -103,6 +107,7 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
     nbytes = a.bytes.tolist()
     ws = a.workspace.tolist()
     recomputable = a.recomputable.tolist()
+    output_of = a.output_of.tolist()
     computed = [False] * len(a.ids)
     links = {k: (i, lk) for k, i in cluster.link_index.items() for lk in (cluster.links[i],)}
     accel = [d.kind == "cuda" for d in devs]
@@ -111,6 +116,7 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
     last_read: dict[int, float] = {}    # key -> latest end of a reader so far
     alloc_at: dict[int, float] = {}     # key -> time its allocation happened
     zero_read: dict[int, float] = {}    # key -> time a zero-length operation read it
+    made: dict[int, tuple[int, float]] = {}   # key -> (instruction, end) of the compute that made it there
     comp_free = [0.0] * nd
     link_free = [0.0] * len(cluster.links)
     busy = [0.0] * nd
@@ -178,12 +184,23 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
             if e == s:      # zero-length, also when dur is too small to move the clock
                 for j in range(in_ptr[v], in_ptr[v + 1]):
                     zero_read[in_idx[j] * nd + d] = e
+            at, by = s, i
+            p = output_of[v]
+            if p >= 0:      # made by p's latest computation here, held since
+                m = made.get(p * nd + d)
+                if m is None:
+                    return fault("not-made-here", f"{x.node!r} is an output of the operation that computes "
+                                 f"{a.ids[p]!r}, but {a.ids[p]!r} on {x.device!r} was copied there, not computed: "
+                                 f"compute {x.node!r} on the device that computes {a.ids[p]!r}", i, x.node,
+                                 x.device)
+                by, at = m
             ev_dev.append(d)
-            ev_time.append(s)
+            ev_time.append(at)
             ev_delta.append(nbytes[v] + ws[v])
             ev_prio.append(1)
-            ev_ins.append(i)
-            alloc_at[key] = s
+            ev_ins.append(by)
+            alloc_at[key] = at
+            made[key] = (i, e)
             if ws[v]:
                 release(d, e, ws[v], i, s >= e)
             ready[key] = e
@@ -262,6 +279,7 @@ def simulate(graph: Graph, cluster: Cluster, schedule: Schedule) -> SimResult:
             release(d, tf, nbytes[v], i, zero or alloc_at[key] >= tf)
             del ready[key]
             del alloc_at[key]
+            made.pop(key, None)
             start[i] = end[i] = tf
             continue
         elif t is Sync:

@@ -92,6 +92,22 @@ def test_graph_dict_is_plain_json():
     assert nodes["l"]["required"] is True and "required" not in nodes["y"]
 
 
+def test_an_ops_other_output_keeps_its_maker_through_a_file(tmp_path):
+    g = hand_graph()
+    x = g.node("x")
+    made = Graph(g.nodes + (Node("y2", x.op, "forward", ("y", "x"), {"cuda": 0.0}, 8, recomputable=False,
+                                 output_of="y"),), name=g.name)
+    save_graph(made, tmp_path / "g.json")
+    assert load_graph(tmp_path / "g.json") == made
+    assert {n["id"]: n for n in graph_to_dict(made)["nodes"]}["y2"]["output_of"] == "y"
+    assert "output_of" not in {n["id"]: n for n in graph_to_dict(made)["nodes"]}["y"]
+    bad = graph_to_dict(made)
+    bad["nodes"][-1]["output_of"] = 3
+    with pytest.raises(FormatError, match="the id") as info:
+        graph_from_dict(bad)
+    assert info.value.node == "y2" and info.value.field == "output_of"
+
+
 def test_unnamed_graph_takes_the_file_stem(tmp_path):
     g = Graph(hand_graph().nodes)
     save_graph(g, tmp_path / "resnet.json")

@@ -115,6 +115,17 @@ def test_recomputable_source(kind):
     raises_at(Graph((n("w", kind=kind, recomputable=True),)), "w", "recomputable")
 
 
+def test_an_ops_other_output_names_an_input_that_makes_it_and_is_not_recomputable():
+    x = n("x", kind="input", recomputable=False)
+    p = n("p", ["x"])
+    raises_at(Graph((x, p, n("o", ["x"], recomputable=False, output_of="p"))), "o", "output_of", "not one of")
+    raises_at(Graph((x, p, n("o", ["p", "x"], output_of="p"))), "o", "recomputable", "on its own")
+    g = check_graph(Graph((x, p, n("o", ["p", "x"], recomputable=False, output_of="p"))))
+    assert g.arrays.output_of.tolist() == [-1, -1, 1]
+    assert to_networkx(g).nodes["o"]["output_of"] == "p"
+    assert from_networkx(to_networkx(g)) == g
+
+
 def test_empty_id():
     with pytest.raises(GraphError) as info:
         check_graph(Graph((n(""),)))

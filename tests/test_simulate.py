@@ -363,3 +363,48 @@ def test_empty_schedule():
     assert r.makespan == 0.0 and r.peak == {"gpu": 0, "host": 0}
     g2 = graph(node("a", bytes=1, required=True))
     bad(g2, cluster(), code="missing-result", index=None, node="a")
+
+
+# --- an operation's other outputs (Node.output_of) ------------------------------------------
+
+def _two_outputs():
+    """p's op also makes o (60 bytes, p's workspace while it runs); z runs between them."""
+    return graph(node("x", cost=0.0, bytes=10, kind="input", recomputable=False),
+                 node("p", ["x"], cost=1.0, bytes=100, workspace=60),
+                 node("o", ["p", "x"], cost=0.0, bytes=60, recomputable=False, output_of="p"),
+                 node("z", ["x"], cost=2.0, bytes=40))
+
+
+def test_an_ops_other_output_is_counted_from_the_run_that_makes_it():
+    g = _two_outputs()
+    ins = (Compute("x", "gpu"), Compute("p", "gpu"), Compute("z", "gpu"), Compute("o", "gpu"))
+    r = ok(g, cluster(), *ins)
+    # p runs 0-1 with x, its output and the workspace (170); from 1 on o is held: z runs 1-3 beside
+    # x + p + o + z = 210; o's own compute at 3 adds nothing
+    assert r.peak["gpu"] == 210
+    assert r.start[3] == r.end[3] == 3.0
+    # computed right after p, the same peak: holding o until later costs the same memory
+    assert ok(g, cluster(), ins[0], ins[1], ins[3], ins[2]).peak["gpu"] == 210
+    # a budget that fits only if o appeared at its own compute is too small: z crosses it
+    bad(g, cluster(gpu=209), *ins, code="over-budget", index=2, node="z", device="gpu")
+
+
+def test_an_ops_other_output_is_made_where_that_op_ran_not_where_its_maker_was_copied():
+    g = _two_outputs()
+    r = bad(g, cluster(), Compute("x", "host"), Compute("p", "host"), Copy("p", "host", "gpu"),
+            Copy("x", "host", "gpu"), Compute("o", "gpu"), code="not-made-here", index=4, node="o", device="gpu")
+    assert "copied there, not computed" in describe(r.violation)
+    # after a recomputation of p on the GPU, o is made by that run
+    ok(g, cluster(), Compute("x", "host"), Compute("p", "host"), Copy("x", "host", "gpu"), Compute("p", "gpu"),
+       Compute("o", "gpu"))
+
+
+def test_a_freed_and_recomputed_maker_makes_its_output_from_the_latest_run():
+    g = _two_outputs()
+    r = ok(g, cluster(), Compute("x", "gpu"), Compute("p", "gpu"), Free("p", "gpu"), Compute("z", "gpu"),
+           Compute("p", "gpu"), Compute("o", "gpu"))
+    # z runs 1-3 without o (x + z = 50 after p's release; the first run's o is not the one handed over);
+    # p again 3-4 with its workspace: x + z + p + 60 = 210, then o from 4
+    assert r.peak["gpu"] == 210
+    t, level = r.timeline["gpu"]
+    assert level[t < 3.0].max() == 170

@@ -14,7 +14,8 @@ updates, the loss and the parameter gradients.
   (the *primary*) carries the op's cost and holds the other outputs as
   workspace while it runs; each other output is a zero-cost node that reads
   the primary and the op's inputs, so the executor hands over the tensor the
-  primary's run produced. Such an output is not recomputable: recomputing it
+  primary's run produced, and names the primary in `output_of`, so the
+  simulator counts it from that run. Such an output is not recomputable: recomputing it
   alone would run the whole op again, which its zero cost would hide (the
   primary may still be recomputed);
 - dead nodes (a `detach` nobody reads) are dropped;
@@ -410,7 +411,7 @@ def _multi_output(n, f: Folding, step, cost_of, kind_of, required, nodes, fx_of,
     for o in outs:
         if o != primary:
             nodes.append(Node(o, op, kind_of(o), (primary, *[i for i in ins if i != primary]), zero,
-                              storage_bytes(vals[o]), recomputable=False, required=o in required))
+                              storage_bytes(vals[o]), recomputable=False, required=o in required, output_of=primary))
             fx_of[o] = o
 
 

@@ -10,8 +10,10 @@ The traced joint graph (`capture.trace.Step`) gives each node's ATen call.
   a stash the ledger counts (rerunning the op for each would cost a whole
   batch-norm or convolution backward: 10-16 a step in the cnn's heuristic and
   MILP schedules, which place the small secondaries apart), where the budget
-  has room for it (`_plan_stash`), and reruns the op for an output it could
-  not keep or whose stash went with its freed primary. Where the step also
+  has room for it (`_plan_stash`; always, in a graph whose outputs name their
+  maker, `Node.output_of`, as the simulator then counts them so), and reruns
+  the op for an output it could not keep or whose stash went with its freed
+  primary. Where the step also
   runs on a GPU, the host's computations run on a thread of their own
   (`host_thread`): on the main thread, which issues the GPUs' work, a host
   op would hold that work back for as long as it runs, where the simulator
@@ -409,7 +411,9 @@ class Replayer:
         memory until then, and elsewhere where holding it goes less over the budget than running the op again would
         (a MILP schedule of the bench-sized cnn at 70% computes max-pool's 2 MB of indices late: held from the
         pool's run, the replay went 15% over the predicted peak and 13% over the budget; now the pool runs again
-        for them, and the replay's peak is the predicted one)."""
+        for them, and the replay's peak is the predicted one). A graph whose such outputs name their primary
+        (`Node.output_of`, as every capture now does) has the simulator count them from the primary's run, so
+        they are always held."""
         plan: dict[int, list[str]] = {}
         last: dict[tuple[str, str], int] = {}   # (op, device) -> the primary's latest compute so far
         wanted, seen = [], set()                # (primary's compute, output, its compute); their first two
@@ -435,7 +439,7 @@ class Replayer:
             again = primary.bytes + primary.workspace - size
             over_held = int((level[lo:at] + held[d][lo:at]).max(initial=-size)) + size - sim.budget[d]
             over_again = int((level[at:hi] + held[d][at:hi]).max(initial=0)) + again - sim.budget[d]
-            if over_held <= max(over_again, 0):
+            if self.graph.node(o).output_of or over_held <= max(over_again, 0):   # counted so by the simulator
                 held[d][lo:at] += size
                 plan[k].append(o)
             else:

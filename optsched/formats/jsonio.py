@@ -20,7 +20,7 @@ from ..schedule import Compute, Copy, Free, Schedule, SolveReport, Sync
 from ..units import parse_bandwidth, parse_size, parse_time
 
 VERSION = 1
-_NODE_FIELDS = {"id", "op", "kind", "inputs", "cost", "bytes", "workspace", "recomputable", "required"}
+_NODE_FIELDS = {"id", "op", "kind", "inputs", "cost", "bytes", "workspace", "recomputable", "required", "output_of"}
 
 
 def schema(name: str) -> dict:
@@ -119,6 +119,8 @@ def graph_to_dict(graph: Graph) -> dict:
             d["recomputable"] = n.recomputable
         if n.required:
             d["required"] = True
+        if n.output_of:
+            d["output_of"] = n.output_of
         nodes.append(d)
     return {"format": "optsched-graph", "version": VERSION, "name": graph.name, "meta": dict(graph.meta),
             "nodes": nodes}
@@ -150,9 +152,13 @@ def _node_from_dict(i: int, d) -> Node:
     for fld in ("recomputable", "required"):
         if fld in d and not isinstance(d[fld], bool):
             raise FormatError(f"must be true or false, not {d[fld]!r}", node=nid, field=fld)
+    if not isinstance(d.get("output_of", ""), str):
+        raise FormatError("must be the id (a string) of the node whose computation makes this output", node=nid,
+                          field="output_of")
     return Node(id=nid, op=str(d.get("op", "")), kind=kind, inputs=tuple(inputs), cost=cost,
                 bytes=d.get("bytes", 0), workspace=d.get("workspace", 0),
-                recomputable=d.get("recomputable", kind not in SOURCE_KINDS), required=d.get("required", False))
+                recomputable=d.get("recomputable", kind not in SOURCE_KINDS), required=d.get("required", False),
+                output_of=d.get("output_of", ""))
 
 
 def graph_from_dict(data) -> Graph:

@@ -65,7 +65,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..errors import InfeasibleError
-from ..graph import KINDS, Graph
+from ..graph import KINDS, Graph, attach_outputs
 from ..schedule import Compute, Copy, Free, Instruction, Sync
 from ..units import format_size
 from .nofit import not_found
@@ -134,7 +134,9 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
     if len(order) != n:
         raise ValueError("order must list every node once")
     place = [int(x) for x in place]
-    order = defer_sources(graph, order).tolist()
+    order = attach_outputs(graph, defer_sources(graph, order)).tolist()
+    made_by = a.output_of.tolist()
+    made_on = [-1] * n                  # device of each node's latest computation
     pos = [0] * n
     for i, v in enumerate(order):
         pos[v] = i
@@ -493,6 +495,7 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
         if not make_room(d, need, True, protect):
             raise _NoRoom(d, need)
         out.append(Compute(ids[v], names[d]))
+        made_on[v] = d
         cur[d] += need
         if cur[d] > peak_since[d]:
             peak_since[d] = cur[d]
@@ -628,6 +631,9 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
                         if make_room(d2, nbytes[u], False, None, evict=False):
                             copy(u, host, d2, None, evict=False)
             d = place[v]
+            if made_by[v] >= 0 and made_on[made_by[v]] != d:    # where the op that makes it ran
+                d = made_on[made_by[v]]
+                move_to(v, d)
             if not runnable(v, d):
                 raise InfeasibleError(f"node {ids[v]!r} is placed on {names[d]!r}, which cannot run it")
             protect = None
@@ -637,7 +643,8 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
                 run(v, d, protect, temps)
             except _NoRoom:
                 # v and what it reads do not fit beside what d must hold: run v on the host instead
-                if not (host_fallback and swap) or host is None or d == host or not runnable(v, host):
+                if not (host_fallback and swap) or host is None or d == host or not runnable(v, host) or \
+                        made_by[v] >= 0:
                     raise
                 move_to(v, host)
                 d = host

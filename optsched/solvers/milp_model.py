@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cluster import Cluster
-from ..graph import Graph, operation_memory
+from ..graph import Graph, attach_outputs, operation_memory
 from ..schedule import Compute, Copy, Free, Schedule, Sync
 
 TIME_SCALE = 1e3          # the model's time unit is the millisecond (better-scaled rows)
@@ -57,6 +57,8 @@ class ModelSpec:
     runs: np.ndarray         # (nD, n) bool: the device's kind has a cost for v (ccost is also nan where v's
                              # inputs, output and workspace exceed the device's budget)
     instage: bool = False    # memory tracked within the stage (Checkmate's FREE) rather than for the whole stage
+    output_of: np.ndarray | None = None   # `GraphArrays.output_of`: with a window (K > 0), computed in a stage,
+                                          # and on a device, that computes that node
     notes: dict = field(default_factory=dict)
 
     @property
@@ -76,8 +78,18 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
     computation per stage, as the simulator counts it, not all of them in the next node's stage."""
     a = graph.arrays
     n = len(a.ids)
-    order = np.asarray(a.topo if order is None else order, dtype=np.int64)
-    rank_stage = np.arange(n) if gaps is None else np.arange(n) + np.cumsum(np.asarray(gaps, dtype=np.int64))
+    # an op's other output right after the node that makes it, with no gap stage between: the simulator holds
+    # it from that node's computation, which the whole-stage count of the stages between would leave out
+    given = np.asarray(a.topo if order is None else order, dtype=np.int64)
+    order = attach_outputs(graph, given)
+    if gaps is not None:
+        gaps = np.asarray(gaps, dtype=np.int64)
+        if order is not given:
+            rank = np.empty(n, dtype=np.int64)
+            rank[given] = np.arange(n)
+            gaps = gaps[rank[order]]
+        gaps = np.where(a.output_of[order] >= 0, 0, gaps)
+    rank_stage = np.arange(n) if gaps is None else np.arange(n) + np.cumsum(gaps)
     pos = np.empty(n, dtype=np.int64)
     pos[order] = rank_stage
     # devices in play
@@ -150,7 +162,7 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
                      links=links, ccost=ccost, lcost=lcost, lissue=lissue, nbytes=a.bytes.astype(np.float64),
                      ws=a.workspace.astype(np.float64), budget=budget, mem_row=mem_row, r_lo=r_lo, r_hi=r_hi,
                      s_lo=s_lo, s_hi=s_hi, once=once, required=required, in_ptr=in_ptr, in_idx=in_idx,
-                     out_ptr=out_ptr, out_idx=out_idx, runs=runs, instage=instage)
+                     out_ptr=out_ptr, out_idx=out_idx, runs=runs, instage=instage, output_of=a.output_of)
     spec.notes["unrunnable"] = [a.ids[v] for v in np.flatnonzero(~runs.any(axis=0))]
     return spec
 
@@ -466,6 +478,19 @@ def build_model(spec: ModelSpec) -> MilpArrays:
     rows.block("compute", n, v_, R[d_, t_, v_], 1.0, lo, hi)
     d_, t_, v_ = np.nonzero((R >= 0) & ~win)          # outside the window, `once` nodes have no R at all
     assert not spec.once[v_].any()
+
+    # 5b. an op's other output is computed where and when the node that makes it is, R[d,t,o] <= R[d,t,p], so
+    # it is counted from then (with K = 0, one device and no copies, it comes in the stage right after that
+    # node's, which ends its stage: `make_spec`'s order)
+    if spec.K > 0 and spec.output_of is not None and (spec.output_of >= 0).any():
+        made = np.flatnonzero(spec.output_of >= 0)
+        d_, t_, j_ = np.nonzero(R[:, :, made] >= 0)
+        o_ = made[j_]
+        m = o_.size
+        ar = np.arange(m)
+        rows.block("made-with", m, np.concatenate([ar, ar]),
+                   np.concatenate([R[d_, t_, o_], R[d_, t_, spec.output_of[o_]]]),
+                   np.concatenate([np.ones(m), -np.ones(m)]), -inf, 0.0)
 
     # 6. required results resident somewhere at the end
     req = np.flatnonzero(spec.required)
