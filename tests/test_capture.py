@@ -485,3 +485,21 @@ def test_an_ops_other_outputs_come_with_the_run_that_makes_them(solver):
     assert simulate(g, cl, s).valid
     if solver != "milp":
         assert _made_apart(g, s) == []
+
+
+def test_coarsening_keeps_an_ops_other_outputs_with_their_maker():
+    """Folding chains never takes in an op's other output or its maker, and the coarse graph still names the maker,
+    so a coarse schedule expands into one the simulator accepts on the captured graph."""
+    from optsched.solvers.coarsen import coarsen, solve_coarsened
+
+    torch.manual_seed(0)
+    ex = BUILTIN["cnn"]()
+    g = capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    coarse, mapping = coarsen(g)
+    assert len(coarse) < len(g)
+    made = {n.id: n.output_of for n in g.nodes if n.output_of}
+    assert {n.id: n.output_of for n in coarse.nodes if n.output_of} == made
+    assert all(mapping[o] == (o,) and mapping[p] == (p,) for o, p in made.items())
+    keep = simulate(g, single_accelerator(2**40), solve(g, single_accelerator(2**40))).peak["gpu0"]
+    cl = single_accelerator(int(0.3 * keep))
+    assert simulate(g, cl, solve_coarsened(g, cl, "heuristic")).valid

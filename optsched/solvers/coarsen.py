@@ -4,7 +4,8 @@ smaller graph, expand the schedule back to operation level.
 A link u -> v is folded when u's only consumer is v and v's only input is u,
 both have the same kind, may be recomputed, are not required results, can
 run on the same device kinds, and the chain stays short (`max_len`) and cheap
-(`max_cost` seconds on its fastest kind). A chain x1 -> ... -> xk becomes one
+(`max_cost` seconds on its fastest kind); so an op's other output (not
+recomputable) stays apart, and so does its maker (which shares its inputs). A chain x1 -> ... -> xk becomes one
 node with x1's inputs, xk's output bytes, the summed costs, and as workspace
 whatever its intermediates need beyond xk's output:
 
@@ -97,8 +98,9 @@ def coarsen(graph: Graph, *, max_len: int = 64, max_cost: float = float("inf"),
         inputs = tuple(cid[chain_of[in_idx[j]]] for j in range(in_ptr[head], in_ptr[head + 1]))
         fine = graph.nodes[head]
         if len(ch) == 1:
+            maker = a.output_of[head]    # never inside a chain: its other outputs read its inputs too
             nodes.append(Node(cid[k], fine.op, fine.kind, inputs, dict(fine.cost), fine.bytes, fine.workspace,
-                              fine.recomputable, fine.required))
+                              fine.recomputable, fine.required, cid[chain_of[maker]] if maker >= 0 else ""))
         else:
             c = {kd: float(sum(a.cost[kd][v] for v in ch)) for kd in kinds if not np.isnan(a.cost[kd][head])}
             nodes.append(Node(cid[k], "chain", fine.kind, inputs, c, nb[tail], int(peak[k] - nb[tail]), True, False))
