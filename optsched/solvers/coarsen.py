@@ -5,8 +5,8 @@ A link u -> v is folded when u's only consumer is v and v's only input is u,
 both have the same kind, may be recomputed, are not required results, can
 run on the same device kinds, and the chain stays short (`max_len`) and cheap
 (`max_cost` seconds on its fastest kind); so an op's other output (not
-recomputable) stays apart, and so does its maker (which shares its inputs). A chain x1 -> ... -> xk becomes one
-node with x1's inputs, xk's output bytes, the summed costs, and as workspace
+recomputable) stays apart, and so does its maker (which shares its inputs).
+A chain x1 -> ... -> xk becomes one node with x1's inputs, xk's output bytes, the summed costs, and as workspace
 whatever its intermediates need beyond xk's output:
 
     workspace = max_i (b[x_{i-1}] + b[x_i] + ws[x_i]) - b[x_k]     (b[x_0] = 0)
