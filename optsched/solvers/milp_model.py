@@ -132,6 +132,9 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
     multi = int(runs.any(axis=1).sum()) > 1 or nL > 0
     K = (0 if not multi else 2) if window is None else int(window)
     T = int(rank_stage[-1]) + 1 + K if n else K
+    if K > 0:       # an op's other output shares its maker's window, to be computed with it (`build_model`, 5b)
+        made = np.flatnonzero(a.output_of >= 0)
+        pos[made] = pos[a.output_of[made]]
     once = ~a.recomputable.copy() if recompute else np.ones(n, dtype=bool)
     required = a.required.copy()
     # liveness (exact under the model's rules): comp_end(v) = last stage where computing v can
@@ -357,6 +360,22 @@ def links_into(spec: ModelSpec) -> list[list[int]]:
     return [[k for k, (_, _, b) in enumerate(spec.links) if b == d] for d in range(spec.nD)]
 
 
+def _made_with(spec: ModelSpec) -> list[tuple[int, int]]:
+    """(an op's other output, the node that makes it) pairs the model computes together: with a window (K > 0)."""
+    if spec.K == 0 or spec.output_of is None:
+        return []
+    return [(o, int(spec.output_of[o])) for o in np.flatnonzero(spec.output_of >= 0).tolist()]
+
+
+def stage_workspace(spec: ModelSpec, Rd: np.ndarray) -> np.ndarray:
+    """(T,) the largest workspace the model counts in each stage of one device, given its computations Rd (T, n):
+    a node's, less its op's other outputs computed in the same stage (`build_model`'s workspace rows)."""
+    w = Rd * spec.ws[None, :]
+    for o, p in _made_with(spec):
+        w[:, p] -= Rd[:, o] * spec.nbytes[o]
+    return w.max(axis=1, initial=0.0)
+
+
 def build_model(spec: ModelSpec) -> MilpArrays:
     n, T, nD, nL = spec.n, spec.T, spec.nD, spec.nL
     inf = np.inf
@@ -480,10 +499,10 @@ def build_model(spec: ModelSpec) -> MilpArrays:
     assert not spec.once[v_].any()
 
     # 5b. an op's other output is computed where and when the node that makes it is, R[d,t,o] <= R[d,t,p], so
-    # it is counted from then (with K = 0, one device and no copies, it comes in the stage right after that
-    # node's, which ends its stage: `make_spec`'s order)
-    if spec.K > 0 and spec.output_of is not None and (spec.output_of >= 0).any():
-        made = np.flatnonzero(spec.output_of >= 0)
+    # it is counted from then; with K > 0 it shares that node's window (with K = 0, one device and no copies, it
+    # comes in the stage right after that node's, which ends its stage: `make_spec`'s order)
+    made = np.array([o for o, _ in _made_with(spec)], dtype=np.int64)
+    if made.size:
         d_, t_, j_ = np.nonzero(R[:, :, made] >= 0)
         o_ = made[j_]
         m = o_.size
@@ -517,13 +536,19 @@ def build_model(spec: ModelSpec) -> MilpArrays:
         vv.append(np.ones(T))
         rows.block(f"memory@{spec.dev_names[d]}", T, np.concatenate(rr), np.concatenate(cc), np.concatenate(vv),
                    -inf, 1.0 - MEM_SAFETY)
-        # workspace: W[d,t] >= ws[v] R[d,t,v]
+        # workspace: W[d,t] >= ws[v] R[d,t,v], less the other outputs of v's op computed in the stage (K > 0):
+        # the workspace held them while v ran, and the stage counts them already
         t_, v_ = np.nonzero((R[d] >= 0) & has_ws[None, :])
         m = t_.size
         ar = np.arange(m)
-        rows.block(f"workspace@{spec.dev_names[d]}", m, np.concatenate([ar, ar]),
-                   np.concatenate([W[d, t_], R[d, t_, v_]]),
-                   np.concatenate([np.ones(m), -spec.ws[v_] * scale]), 0.0, inf)
+        rr, cc, vv = [ar, ar], [W[d, t_], R[d, t_, v_]], [np.ones(m), -spec.ws[v_] * scale]
+        for o, p in _made_with(spec):
+            at = np.flatnonzero(v_ == p)
+            rr.append(at)
+            cc.append(R[d, t_[at], o])
+            vv.append(np.full(at.size, spec.nbytes[o] * scale))
+        rows.block(f"workspace@{spec.dev_names[d]}", m, np.concatenate(rr), np.concatenate(cc),
+                   np.concatenate(vv), 0.0, inf)
 
     # 8. stage time: tau[t] >= compute load of each device (with the issue time of the copies at either end of
     #    its links: emitted at the stage start, they hold its compute stream first), >= copy load of each link
@@ -629,7 +654,7 @@ def x_from_decisions(model: MilpArrays, dec: Decisions) -> np.ndarray | None:
         for t in range(spec.T):
             c = model.W[d, t]
             if c >= 0:
-                x[c] = (spec.ws * dec.R[d, t]).max(initial=0.0) / max(spec.budget[d], 1.0)
+                x[c] = max(stage_workspace(spec, dec.R[d, t:t + 1])[0], 0.0) / max(spec.budget[d], 1.0)
     for d, w in model.within.items():
         scale = 1.0 / max(spec.budget[d], 1.0)
         start = _held_at_start(spec, dec, d).astype(np.float64) @ spec.nbytes * scale
@@ -867,8 +892,7 @@ def stage_memory(spec: ModelSpec, dec: Decisions) -> np.ndarray:
         held = _held_at_start(spec, dec, d)
         start = held.astype(np.float64) @ spec.nbytes
         if not spec.instage:
-            mem[d] = (held | dec.R[d]).astype(np.float64) @ spec.nbytes + \
-                (dec.R[d] * spec.ws[None, :]).max(axis=1, initial=0.0)
+            mem[d] = (held | dec.R[d]).astype(np.float64) @ spec.nbytes + stage_workspace(spec, dec.R[d])
             continue
         for t in range(spec.T):
             comp, frees = stage_frees(spec, dec, d, t)
