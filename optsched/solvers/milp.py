@@ -61,7 +61,12 @@ Reductions and what they cost:
   more than the gap above the bound every schedule obeys, a small model is
   then solved in the within-stage count from it, `_within_stage`);
   the window K; required results are not recomputed after their window
-  (they are kept once computed); a copy is usable only from the next stage.
+  (they are kept once computed); a copy is usable only from the next stage;
+  a multi-output op's other output (`Node.output_of`, which the simulator
+  counts from its maker's run) comes right after its maker in the order with
+  no gap stage before it (K = 0), or is computed in its maker's stage on its
+  device (K > 0, where it shares the maker's window and the maker's workspace
+  row leaves it out).
   So an infeasible model proves nothing (InfeasibleError `restricted`).
 - cuts (exact: valid for every integer point, so the optimum is unchanged):
   before branch and bound, rounds of LP and separation of recomputation-chain
@@ -674,11 +679,14 @@ def _outside_model(status: str, bound, makespan: float, extra: dict, floor: floa
     """A fallback schedule comes from outside the stage model (its own order, no stage barriers), so the model's
     dual bound does not bound it and the model's optimality says nothing about it: a bound above the returned
     step time is kept only in `extra["stage_model_bound"]` (the bound becomes `floor`, which holds for every
-    schedule), and "optimal" becomes "feasible"."""
+    schedule), and "optimal" becomes "feasible"; so does "infeasible" (the stage model's infeasibility proves
+    nothing of the schedule returned: it is kept as `extra["stage_model_status"]`)."""
     if bound is not None and bound > makespan:
         extra["stage_model_bound"] = bound
         bound = floor
-    return ("feasible" if status == "optimal" else status), bound
+    if status == "infeasible":
+        extra["stage_model_status"] = status
+    return ("feasible" if status in ("optimal", "infeasible") else status), bound
 
 
 def _gap(obj, bound):

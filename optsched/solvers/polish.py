@@ -11,8 +11,9 @@ than the recomputation saves: at the overflow, one value resident there is moved
 first, until the schedule fits:
 - deferred: a computation not read until after the overflow moves past it, to just before its first reader (or,
   for a required result nobody reads, as late as its inputs allow), with whatever of its inputs is missing there
-  computed again beside it. A schedule made over a fixed order computes the statistics of a layer norm, or a
-  weight gradient, where that order put them, and holds them through the peak; deferred, they cost nothing;
+  computed again beside it. A schedule made over a fixed order computes a weight gradient where that order put
+  it, and holds it through the peak; deferred, it costs nothing. An op's other output (a layer norm's
+  statistics: `Node.output_of`) is not deferred: it is held from its op's run wherever it is computed;
 - dropped: freed after its last use before the overflow and computed again (with its missing inputs) before its
   next reader;
 - released: its readers after the overflow, where their inputs are all resident before it and their outputs
@@ -229,7 +230,7 @@ def _moves(graph: Graph, ins: list, p: int, dev: str):
         v = a.index[w]
         if nxt is None and not (a.required[v] and freed == n):
             continue        # dead after p: `_tighten` frees it
-        if isinstance(ins[made], Compute) and not res.read_between(w, made + 1, p):
+        if isinstance(ins[made], Compute) and not res.read_between(w, made + 1, p) and a.output_of[v] < 0:
             # deferred, to the latest point up to its reader where its missing inputs cost the least
             last = nxt if nxt is not None else n
             spots = {p + 1, last}
