@@ -134,16 +134,17 @@ def _build_arrays(graph: Graph) -> GraphArrays:
         required=np.array([node.required for node in graph.nodes], dtype=bool),
         kind=np.array([kinds.get(node.kind, -1) for node in graph.nodes], dtype=np.int8),
         cost=cost,
-        output_of=np.array([_index_of(index, node, "output_of") if node.output_of else -1 for node in graph.nodes],
-                           dtype=np.int64),
+        output_of=np.array([_maker(index, node) for node in graph.nodes], dtype=np.int64),
     )
 
 
-def _index_of(index: dict[str, int], node: Node, fld: str) -> int:
-    j = index.get(getattr(node, fld))
-    if j is None:
-        raise GraphError(f"{getattr(node, fld)!r} is not a node of the graph", node=node.id, field=fld)
-    return j
+def _maker(index: dict[str, int], node: Node) -> int:
+    """Index of `node.output_of`, -1 where empty."""
+    if not node.output_of:
+        return -1
+    if node.output_of not in index:
+        raise GraphError(f"{node.output_of!r} is not a node of the graph", node=node.id, field="output_of")
+    return index[node.output_of]
 
 
 def _topological_order(ids, in_ptr, out_ptr, out_idx) -> np.ndarray:

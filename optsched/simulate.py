@@ -9,8 +9,9 @@ its time and memory under the stream semantics of DESIGN.md.
   (`Node.output_of` names the node whose computation makes it) is counted on
   d from the end of that node's latest computation on d, which must be where
   its value there came from (not a copy): the op made it then, and holding it
-  until its own zero-cost compute takes that memory; `copy v a->b` allocates on b when it
-  starts; `free v @ d` releases v once every earlier reader of v on d is done.
+  until its own zero-cost compute takes that memory; `copy v a->b` allocates
+  on b when it starts; `free v @ d` releases v once every earlier reader of v
+  on d is done.
 - A copy over a link with an `issue` time also holds the compute streams of
   both ends for that long: the next computation in list order on each starts
   that much later (the thread that computes hands the copy over).

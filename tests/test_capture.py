@@ -24,6 +24,7 @@ from optsched.capture.trace import fold, is_view, live_nodes, runnable  # noqa: 
 from optsched.cli import main  # noqa: E402
 from optsched.cluster import single_accelerator  # noqa: E402
 from optsched.formats import load_graph, save_graph  # noqa: E402
+from optsched.schedule import Compute  # noqa: E402
 from optsched.simulate import simulate  # noqa: E402
 from optsched.solvers import solve  # noqa: E402
 
@@ -456,7 +457,7 @@ def _made_apart(graph, schedule) -> list[str]:
     apart = []
     last = None
     for x in schedule.instructions:
-        if type(x).__name__ != "Compute":
+        if not isinstance(x, Compute):
             continue
         maker = graph.node(x.node).output_of
         if maker and not (last is not None and last.device == x.device and

@@ -429,6 +429,9 @@ class Replayer:
                 wanted.append((last[(op, x.device)], x.node, k))
         held = {d: np.zeros(len(sim.timeline[d][1]), dtype=np.int64) for d in sim.timeline}
         for k, o, k2 in wanted:
+            if self.graph.node(o).output_of:    # the simulator counts it from the primary's run: held, as counted
+                plan[k].append(o)
+                continue
             d, primary = schedule.instructions[k].device, self.graph.node(schedule.instructions[k].node)
             times, level = sim.timeline[d]
             # held from the end of the primary's run (the simulator counts the op's other outputs as its
@@ -439,7 +442,7 @@ class Replayer:
             again = primary.bytes + primary.workspace - size
             over_held = int((level[lo:at] + held[d][lo:at]).max(initial=-size)) + size - sim.budget[d]
             over_again = int((level[at:hi] + held[d][at:hi]).max(initial=0)) + again - sim.budget[d]
-            if self.graph.node(o).output_of or over_held <= max(over_again, 0):   # counted so by the simulator
+            if over_held <= max(over_again, 0):
                 held[d][lo:at] += size
                 plan[k].append(o)
             else:

@@ -651,10 +651,8 @@ def x_from_decisions(model: MilpArrays, dec: Decisions) -> np.ndarray | None:
         x[idx[val]] = 1.0
     x[model.tau] = dec.stage_times(spec)
     for d in range(spec.nD):
-        for t in range(spec.T):
-            c = model.W[d, t]
-            if c >= 0:
-                x[c] = max(stage_workspace(spec, dec.R[d, t:t + 1])[0], 0.0) / max(spec.budget[d], 1.0)
+        has = model.W[d] >= 0
+        x[model.W[d, has]] = np.maximum(stage_workspace(spec, dec.R[d])[has], 0.0) / max(spec.budget[d], 1.0)
     for d, w in model.within.items():
         scale = 1.0 / max(spec.budget[d], 1.0)
         start = _held_at_start(spec, dec, d).astype(np.float64) @ spec.nbytes * scale
