@@ -122,7 +122,9 @@ def test_holding_the_sources_leaves_them_room_all_step(g, frac, solver):
         event("no schedule")
         return
     held_run = simulate(hg, hc, schedule)
-    assume(held_run.valid)
+    if not held_run.valid:      # chen-sqrt does not look at the budget: a case to count, not to filter out
+        event("over the budget")
+        return
     event("scheduled")
     assert held_run.peak["gpu0"] + held <= cluster.device("gpu0").memory
     assert simulate(g, cluster, schedule).valid
