@@ -71,8 +71,9 @@ def blocks_graph(blocks: int, chain: int = 3) -> Graph:
     return check_graph(Graph(tuple(nodes), name=f"blocks-{blocks}x{chain}"))
 
 
-def captured_mlp(depth: int) -> Graph:
-    """The built-in MLP's training step (batch 1024) with `depth` layers, captured; skips without torch."""
+def captured(builder: str, name: str | None = None, **kw) -> Graph:
+    """A built-in model's training step (`optsched.capture.models.BUILTIN[builder](**kw)`), captured; skips without
+    torch."""
     import pytest
 
     torch = pytest.importorskip("torch")
@@ -80,5 +81,10 @@ def captured_mlp(depth: int) -> Graph:
     from optsched.capture.models import BUILTIN
 
     torch.manual_seed(0)
-    ex = BUILTIN["mlp"](batch=1024, depth=depth)
-    return capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex.get("targets"), name=f"mlp-{depth}")
+    ex = BUILTIN[builder](**kw)
+    return capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex.get("targets"), name=name or builder)
+
+
+def captured_mlp(depth: int) -> Graph:
+    """The built-in MLP's training step (batch 1024) with `depth` layers, captured; skips without torch."""
+    return captured("mlp", f"mlp-{depth}", batch=1024, depth=depth)

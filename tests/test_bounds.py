@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from milp_graphs import captured_mlp, gpu_host, ke_peak, one_gpu, small_dag, two_gpus
+from milp_graphs import captured, captured_mlp, gpu_host, ke_peak, one_gpu, small_dag, two_gpus
 from strategies import random_dags, seeded_training_graphs, training_graphs
 
 from optsched import generate
@@ -31,45 +31,56 @@ from optsched.solvers.milp_model import TIME_SCALE, make_spec
 
 def exhaustive(graph: Graph, budget: int) -> tuple[float, list] | None:
     """(least step time, its instructions) over every schedule on one device of `budget` bytes, or None: Dijkstra
-    over (values resident, values not recomputable already computed); a step computes a node whose inputs are
-    resident (within the budget with its output and workspace) or frees a value; the time is the sum of the
-    computations (one compute stream, no copies)."""
+    over (values resident, values not recomputable already computed, other outputs made but not yet computed); a
+    step computes a node whose inputs are resident (within the budget with its output and workspace) or frees a
+    value; the time is the sum of the computations (one compute stream, no copies). An op's other output
+    (`Node.output_of`) is held from the end of the maker's run whose value it takes: a run of the maker makes any
+    of its outputs not yet computed, held until they are (the maker stays resident until then)."""
     a = graph.arrays
     n = len(a.ids)
     ins = [a.in_idx[a.in_ptr[v]:a.in_ptr[v + 1]].tolist() for v in range(n)]
     cost = a.cost["cuda"].tolist()
     size = a.bytes.tolist()
     ws = a.workspace.tolist()
+    others = [np.flatnonzero(a.output_of == v).tolist() for v in range(n)]
     goal = sum(1 << v for v in range(n) if a.required[v])
-    start = (0, 0)
+    start = (0, 0, 0)
     best = {start: 0.0}
     back = {start: None}
     heap = [(0.0, 0, start)]
     tick = 1
     while heap:
-        t, _, (res, once) = heapq.heappop(heap)
-        if t > best[(res, once)]:
+        t, _, (res, once, made) = heapq.heappop(heap)
+        if t > best[(res, once, made)]:
             continue
         if res & goal == goal:
-            steps, s = [], (res, once)
+            steps, s = [], (res, once, made)
             while back[s] is not None:
                 s, step = back[s]
                 steps.append(step)
             return t, steps[::-1]
-        held = sum(size[v] for v in range(n) if res >> v & 1)
+        held = sum(size[v] for v in range(n) if res >> v & 1) + sum(size[o] + ws[o] for o in range(n) if made >> o & 1)
         moves = []
         for v in range(n):
             bit = 1 << v
             if res & bit:
-                moves.append(((res & ~bit, once), 0.0, Free(a.ids[v], "gpu0")))
-            elif (not once & bit and all(res >> u & 1 for u in ins[v])
+                if not any(made >> o & 1 for o in others[v]):
+                    moves.append(((res & ~bit, once, made), 0.0, Free(a.ids[v], "gpu0")))
+            elif made & bit:        # its bytes held since its maker's run
+                if all(res >> u & 1 for u in ins[v]):
+                    moves.append(((res | bit, once | bit, made & ~bit), cost[v], Compute(a.ids[v], "gpu0")))
+            elif (not once & bit and a.output_of[v] < 0 and all(res >> u & 1 for u in ins[v])
                   and held + size[v] + ws[v] <= budget):
-                moves.append(((res | bit, once | (bit if not a.recomputable[v] else 0)), cost[v],
-                              Compute(a.ids[v], "gpu0")))
+                rest = [o for o in others[v] if not once >> o & 1]
+                for k in range(len(rest) + 1):
+                    for outs in itertools.combinations(rest, k):
+                        if held + size[v] + sum(size[o] + ws[o] for o in outs) <= budget:
+                            moves.append(((res | bit, once | (bit if not a.recomputable[v] else 0),
+                                           made | sum(1 << o for o in outs)), cost[v], Compute(a.ids[v], "gpu0")))
         for state, dt, step in moves:
             if t + dt < best.get(state, float("inf")):
                 best[state] = t + dt
-                back[state] = ((res, once), step)
+                back[state] = ((res, once, made), step)
                 heapq.heappush(heap, (t + dt, tick, state))
                 tick += 1
     return None
@@ -106,6 +117,85 @@ def test_the_recompute_bound_is_tight_where_the_budget_forces_a_recomputation():
     # with room for everything, nothing is forced and the bound is the work
     assert lower_bounds(make_spec(g, one_gpu(550), swap=False))["floor"] == pytest.approx(6.0)
     assert exhaustive(g, 550)[0] == pytest.approx(6.0)
+
+
+def statistics_graph(output_of: bool = True) -> Graph:
+    """x -> m (an op that also makes o, held as m's workspace while it runs) -> b -> l; gb(l, m) and gm(gb, o, x),
+    gm required: o is read only after the loss, like a layer norm's statistics. `output_of` False: the same graph
+    with o a plain node."""
+    z = {"cuda": 0.0}
+    nodes = (Node("x", "data", "input", (), z, 10, recomputable=False),
+             Node("m", "op", "forward", ("x",), {"cuda": 1.0}, 100, workspace=50),
+             Node("o", "op", "forward", ("m", "x"), z, 50, recomputable=False, output_of="m" if output_of else ""),
+             Node("b", "op", "forward", ("m",), {"cuda": 2.0}, 100),
+             Node("l", "op", "loss", ("b",), {"cuda": 1.0}, 10),
+             Node("gb", "op", "backward", ("l", "m"), {"cuda": 1.0}, 100),
+             Node("gm", "op", "backward", ("gb", "o", "x"), {"cuda": 1.0}, 10, required=True))
+    return check_graph(Graph(nodes, name="statistics"))
+
+
+def test_an_ops_other_output_is_held_from_its_makers_run_in_the_bound():
+    # at 260 bytes, holding m, o and b at the loss (270) does not fit: a plain o is computed after the loss for
+    # free, but an op's other output is held from m's run, so m is computed again to make it later (1 s)
+    g, plain = statistics_graph(), statistics_graph(output_of=False)
+    assert exhaustive(plain, 260)[0] == pytest.approx(6.0)
+    assert lower_bounds(make_spec(plain, one_gpu(260), swap=False))["floor"] == pytest.approx(6.0)
+    assert optimum(g, 260) == pytest.approx(7.0)
+    assert lower_bounds(make_spec(g, one_gpu(260), swap=False))["floor"] == pytest.approx(7.0)
+    # with room to hold it, nothing is forced
+    assert optimum(g, 270) == pytest.approx(6.0)
+    assert lower_bounds(make_spec(g, one_gpu(270), swap=False))["floor"] == pytest.approx(6.0)
+
+
+def _with_other_outputs(g: Graph, picks: list[bool]) -> Graph:
+    """`g` with the first node that reads a recomputable non-source node, and each picked one, turned into that
+    node's other output (zero cost, not recomputable, held as its maker's workspace while the maker runs)."""
+    by = {n.id: n for n in g.nodes}
+    made = {}
+    for n, pick in zip(g.nodes, picks, strict=False):
+        makers = [u for u in n.inputs if by[u].inputs and by[u].recomputable and u not in made]
+        if (pick or not made) and makers and n.id not in made.values():
+            made[n.id] = makers[0]
+    ws = {}
+    for o, m in made.items():
+        ws[m] = ws.get(m, 0) + by[o].bytes
+    nodes = tuple(replace(n, output_of=made[n.id], recomputable=False, cost={k: 0.0 for k in n.cost})
+                  if n.id in made else replace(n, workspace=max(n.workspace, ws[n.id])) if n.id in ws else n
+                  for n in g.nodes)
+    return check_graph(Graph(nodes, name=g.name))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=training_graphs(2, 4, params=False, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.5),
+       picks=st.lists(st.booleans(), min_size=12, max_size=12), data=st.data())
+def test_the_bounds_never_exceed_the_exhaustive_optimum_with_other_outputs(g, frac, picks, data):
+    # budgets from the least at which a schedule fits (bisected with the exhaustive search) up to half way to
+    # where everything fits at once; the single and coupled moments, and the orders of any moments
+    g = _with_other_outputs(_last_gradients_required(g), picks)
+    total = int(g.arrays.bytes.sum() + g.arrays.workspace.sum())
+    lo, hi = largest_operation(g)[1] - 1, total
+    if exhaustive(g, hi) is None:
+        event("no schedule fits")
+        return
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if exhaustive(g, mid) is not None else (mid, hi)
+    budget = int(hi + frac * (total - hi))
+    best, steps = exhaustive(g, budget)
+    r = simulate(g, one_gpu(budget), Schedule(tuple(steps)))
+    assert r.valid and r.makespan == pytest.approx(best, rel=1e-9, abs=1e-12)
+    spec = make_spec(g, one_gpu(budget), swap=False)
+    b = lower_bounds(spec)
+    assert b["floor"] <= best * (1 + 1e-9) + 1e-12
+    without = lower_bounds(replace(spec, output_of=None))["floor"]
+    event("the other outputs raised the bound" if b["floor"] > without * (1 + 1e-9) else
+          "recomputation forced" if b["recompute"] > b["work"] * (1 + 1e-9) else "none forced")
+    moments = data.draw(st.permutations(_needed_with_inputs(spec)))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(bounds, "_ORDER_NEAR", 1.0)
+        ordered = lower_bounds(spec, target=10 * best, moments=lambda: moments, order_seconds=10)
+    assert ordered["floor"] <= best * (1 + 1e-6) + 1e-12
+    event("orders raised the bound" if ordered["floor"] > b["floor"] * (1 + 1e-9) else "orders: not raised")
 
 
 def test_the_moment_plan_recomputes_what_the_budget_forces_and_proves_the_bound():
@@ -528,13 +618,16 @@ def _as_point(g, spec, chain, columns, schedule) -> np.ndarray:
     v resident while x_j is first computed, P[j, v] v computed before, R[j, v] v computed again, after a computation
     before x_j, before x_{j+1} is first computed (after x_j for the last). Resident under the simulator's rules: a
     `free` releases once the computations before it in the list that read the value are done, and no earlier than
-    the last `sync` before it."""
+    the last `sync` before it; an op's other output is made, and held, from the end of its maker's latest
+    computation before its own."""
     S, R, P = columns
-    index = g.arrays.index
+    index, made_by = g.arrays.index, g.arrays.output_of
     computes = np.array([index[ins.node] for ins in schedule.instructions if isinstance(ins, Compute)])
-    # per computation (its place among them): the last computation during which its value stays resident
+    # per computation (its place among them): the last computation during which its value stays resident, and
+    # when it is made (its place; for an other output, just after its maker's latest run)
     held_until = np.full(computes.size, computes.size)
-    open_, last_read, barrier, step = {}, {}, -1, 0
+    made = np.arange(computes.size, dtype=float)
+    open_, last_read, ran, barrier, step = {}, {}, {}, -1, 0
     for ins in schedule.instructions:
         if isinstance(ins, Sync):
             barrier = step - 1
@@ -546,21 +639,27 @@ def _as_point(g, spec, chain, columns, schedule) -> np.ndarray:
             v = index[ins.node]
             for u in g.arrays.inputs_of(v).tolist():
                 last_read[u] = step
-            open_[v], last_read[v] = step, step
+            open_[v], last_read[v], ran[v] = step, step, step
+            if made_by[v] >= 0:
+                made[step] = ran[int(made_by[v])] + 0.5
             step += 1
     z = np.zeros(int(max(S.max(), R.max(), P.max())) + 1)
     computed = np.zeros(spec.n, dtype=bool)
     before, j = computed, -1        # before: computed before x_j
-    for c, v in enumerate(computes.tolist()):
+    for c in np.argsort(made, kind="stable").tolist():
+        v = int(computes[c])
         if j + 1 < len(chain) and v == chain[j + 1] and not computed[v]:
             j += 1
-            before = computed.copy()
+            earlier = made <= made[c]       # the other outputs its maker's run made with it, too
+            earlier[c] = False
+            before = np.zeros(spec.n, dtype=bool)
+            before[computes[earlier]] = True
             resident = np.zeros(spec.n, dtype=bool)
-            resident[computes[:c][held_until[:c] >= c]] = True
+            resident[computes[earlier & (held_until >= made[c])]] = True
             for cols, value in ((S, resident), (P, before)):
                 on = cols[j] >= 0
                 z[cols[j, on]] = value[on]
-        elif j >= 0 and before[v] and R[j, v] >= 0:
+        elif j >= 0 and computed[v] and before[v] and R[j, v] >= 0:
             z[R[j, v]] = 1.0
         computed[v] = True
     assert j == len(chain) - 1
@@ -596,25 +695,47 @@ def _own_bounds(spec, d, moments, needed, dst, anc, free: bool = True) -> dict:
             if (at := bounds._at(spec, d, x, needed, dst, anc[x], free)) is not None}
 
 
-def test_the_schedules_of_a_captured_mlp_are_points_of_the_coupled_programme_at_every_backward_moment():
-    # the 8-layer MLP at 70% of its keep-everything memory: the moments of the longest path down from the one where
-    # keep-everything holds the most, every one of them, and their own bounds; the MILP's and lp-rounding's
-    # schedules recompute there
-    g = captured_mlp(8)
-    cl = one_gpu(int(0.7 * ke_peak(g)))
+def _backward_chain_programme(g, cl):
+    """(spec, the moments down the longest path from the one where keep-everything holds the most, the coupled
+    programme over them with their own bounds)."""
     spec = make_spec(g, cl, swap=False)
     needed = bounds._needed(spec)
     d = bounds._sole_device(spec, needed)
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
     chain = _walk_down(spec, needed, int(bounds._candidates(spec, needed, dst)[0]),
                        lambda outs: max(outs, key=lambda w: bounds._reach(spec.out_ptr, spec.out_idx, w, spec.n).sum()))
-    assert len(chain) > 10
     anc = {x: bounds._reach(spec.in_ptr, spec.in_idx, x, spec.n) for x in chain}
     single = _own_bounds(spec, d, chain, needed, dst, anc)
     assert max(single.values()) > 0
-    programme = bounds._coupled(spec, d, chain, needed, dst, anc, single)
+    return spec, chain, bounds._coupled(spec, d, chain, needed, dst, anc, single)
+
+
+def test_the_schedules_of_a_captured_mlp_are_points_of_the_coupled_programme_at_every_backward_moment():
+    # the 8-layer MLP at 70% of its keep-everything memory: the moments of the longest path down from the one where
+    # keep-everything holds the most, every one of them, and their own bounds; the MILP's and lp-rounding's
+    # schedules recompute there
+    g = captured_mlp(8)
+    cl = one_gpu(int(0.7 * ke_peak(g)))
+    spec, chain, programme = _backward_chain_programme(g, cl)
+    assert len(chain) > 10
     for name in ("lp-rounding", "milp"):
         sched = solve(g, cl, name, SolveOptions(swap=False, time_limit=30, threads=1))
+        assert simulate(g, cl, sched).recomputed > 0
+        _assert_a_point(g, cl, spec, chain, programme, sched, name)
+
+
+def test_the_schedules_of_a_captured_transformer_are_points_of_the_programme_that_holds_its_other_outputs():
+    # the layer norms' statistics are held from their op's run: the programme says so at the backward moments
+    # (rows the same programme without `output_of` lacks), and the schedules of lp-rounding and the MILP at 70% of
+    # keep-everything's memory are points of it
+    g = captured("transformer")
+    cl = one_gpu(int(0.7 * ke_peak(g)))
+    spec, chain, programme = _backward_chain_programme(g, cl)
+    assert len(chain) > 10
+    plain = _backward_chain_programme(g.__class__(tuple(replace(n, output_of="") for n in g.nodes), name=g.name), cl)
+    assert programme[0][3].size > plain[2][0][3].size
+    for name in ("lp-rounding", "milp"):
+        sched = solve(g, cl, name, SolveOptions(swap=False, time_limit=20, threads=1))
         assert simulate(g, cl, sched).recomputed > 0
         _assert_a_point(g, cl, spec, chain, programme, sched, name)
 
