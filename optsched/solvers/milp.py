@@ -783,8 +783,11 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
 
 def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start: float) -> Schedule:
     """The solve of the stage model (whole-stage count by default), from `milp`. Where lp-rounding's LP leaves a
-    core idle, the bounds are found beside it (over the graph's own order, the roundings', with the target of the
-    candidates so far), else after the candidates."""
+    core idle, the bounds are found beside it (with the target of the candidates so far), else after the
+    candidates; and again after them where the bound falls short and a faster candidate came since (the
+    rounding's), aimed at its target, with its moments for the orders (the transformer at 45% of its
+    keep-everything memory: 1.2320x -> 1.2559x of keep-everything's step time). Both over the graph's own order,
+    not the warm start's: the moments are taken where keep-everything holds the most in it."""
     until = t_start + options.time_limit
     stop = threading.Event()        # Ctrl-C: set here, or by the orders of moments (then HiGHS stops at once)
     early = {}
@@ -792,8 +795,11 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
     def order_time() -> float:      # the orders of moments' time, from which _bounds takes its share
         return until - _polish_time(options) - time.perf_counter()
 
+    def graph_order():      # the bounds' moments are taken where keep-everything in the graph's order holds most
+        return spec_for(graph, cluster, options, window=options.params.get("window"))
+
     def beside(base):
-        spec0 = spec_for(graph, cluster, options, window=options.params.get("window"))
+        spec0 = graph_order()
         fits = [r.makespan for _, _, r in base if r.valid]
         early["target"] = min(fits) * (1 - options.gap) if fits else None
         with contextlib.suppress(InfeasibleError):      # said after the candidates, as without the LP beside
@@ -807,10 +813,12 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
     known = [float(m.cost @ x) for m, x in ((model, x0), alt[:2] if alt else (None, None)) if x is not None]
     target = min(known) / TIME_SCALE * (1 - options.gap) if known else None
     bounds = early.get("bounds")
-    if bounds is None or (early["target"] is None and target is not None and bounds["floor"] < target):
-        # none beside the LP, or none there aimed at a target (no candidate fitted then): the orders need one
-        again = _bounds(graph, cluster, options, base, spec, target, order_time(), model.index.size >= _ORDER_FROM_NNZ,
-                        stop)
+    if bounds is None or (target is not None and bounds["floor"] < target
+                          and (early["target"] is None or target < early["target"] * (1 - 1e-9))):
+        # none beside the LP, or none there aimed at this target: no candidate fitted then, or a faster one (the
+        # rounding's) came since, whose moments the orders take
+        again = _bounds(graph, cluster, options, base, graph_order(), target, order_time(),
+                        model.index.size >= _ORDER_FROM_NNZ, stop)
         bounds = again if bounds is None or again["floor"] >= bounds["floor"] else bounds
     left = until - _polish_time(options) - time.perf_counter()
     if alt is None:
