@@ -51,8 +51,9 @@ branch and bound closes slowly.
   between the value's drop and that computation where the schedule had least memory to spare, too little to keep
   it (`blocking_moments`), is a moment worth adding to the bound's in each order its ancestry allows: the moment
   at the peak charges the value's recomputation once, the two together twice, where memory is that short in every
-  schedule (the transformer at 45% of its keep-everything memory: 1.2088x -> 1.2241x of keep-everything's time in
-  0.2 s, the MILP's polished schedule's, over two orders of 2-3 moments).
+  schedule (the transformer at 45% of its keep-everything memory, over lp-rounding's 1.3119x schedule: the first
+  layer's ReLU backward and a bias gradient beside the chain's moments, 1.2320x -> 1.2559x of keep-everything's
+  time in 5 s).
 
 Only operations that some required result depends on count: a schedule need not compute the others.
 
@@ -275,8 +276,8 @@ def blocking_moments(spec: ModelSpec, ids, instructions) -> list[int]:
     value's last drop and it, the one where budget less what is resident, its output and its workspace is least,
     if that is below the value's bytes; least first, each once. A moment there, with the bound's own, charges the
     third computation, which the bound's moment alone leaves free (the transformer at 45% of its keep-everything
-    memory: the last layer's ReLU backward, where the peak's moment allowed 1.2088x keep-everything's time, and
-    the first layer's: 1.2241x, the MILP's polished schedule's, in 0.1 s)."""
+    memory, lp-rounding's schedule: the first layer's ReLU backward and a bias gradient, 1.2320x -> 1.2559x of
+    keep-everything's time)."""
     out: dict[int, float] = {}
     for v, since, spare, _ in _comebacks(spec, ids, instructions):
         short = [(s, w) for s, w in zip(spare, since, strict=True) if w >= 0 and s < spec.nbytes[v]]
