@@ -176,7 +176,7 @@ def _with_other_outputs(g: Graph, picks: list[bool], once: list[bool]) -> Graph:
     return check_graph(Graph(nodes, name=g.name))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=training_graphs(2, 4, params=False, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.5),
        picks=st.lists(st.booleans(), min_size=12, max_size=12), once=st.lists(st.booleans(), min_size=4, max_size=4),
        data=st.data())
@@ -744,10 +744,14 @@ def test_the_schedules_of_a_captured_transformer_are_points_of_the_programme_tha
     cl = one_gpu(int(0.7 * ke_peak(g)))
     spec, chain, programme = _backward_chain_programme(g, cl)
     assert len(chain) > 10
-    plain = _backward_chain_programme(g.__class__(tuple(replace(n, output_of="") for n in g.nodes), name=g.name), cl)
-    assert programme[0][3].size > plain[2][0][3].size
+    needed = bounds._needed(spec)
+    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
+    anc = {x: bounds._reach(spec.in_ptr, spec.in_idx, x, spec.n) for x in chain}
+    rows = [bounds._coupled(sp, bounds._sole_device(spec, needed), chain, needed, dst, anc, {})[0][3].size
+            for sp in (spec, replace(spec, output_of=None))]
+    assert rows[0] > rows[1]
     for name in ("lp-rounding", "milp"):
-        sched = solve(g, cl, name, SolveOptions(swap=False, time_limit=20, threads=1))
+        sched = solve(g, cl, name, SolveOptions(swap=False, time_limit=5, threads=1))
         assert simulate(g, cl, sched).recomputed > 0
         _assert_a_point(g, cl, spec, chain, programme, sched, name)
 
