@@ -150,6 +150,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import math
 import os
 import threading
@@ -795,6 +796,7 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
     def order_time() -> float:      # the orders of moments' time, from which _bounds takes its share
         return until - _polish_time(options) - time.perf_counter()
 
+    @functools.cache        # built once, for the bounds beside the LP and again after the candidates
     def graph_order():      # the bounds' moments are taken where keep-everything in the graph's order holds most
         return spec_for(graph, cluster, options, window=options.params.get("window"))
 
