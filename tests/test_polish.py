@@ -1,5 +1,6 @@
 """Keep instead of recompute: the pass never returns a slower or invalid schedule, removes every recomputation
-when the budget is unbounded (and with it the recomputations that only served it), and keeps within the budget;
+when the budget is unbounded (and with it the recomputations that only served it, and a first computation freed
+unread), and keeps within the budget;
 where keeping overflows, it makes room by deferring a computation past the overflow or dropping a cheaper value.
 Copies nothing reads where they land go, and the solvers return none."""
 
@@ -76,6 +77,29 @@ def _side_schedule() -> Schedule:
     c = [Compute(v, "gpu0") for v in "xsab"] + [Free("a", "gpu0"), Compute("c", "gpu0"), Free("b", "gpu0"),
                                                  Compute("a", "gpu0"), Compute("g", "gpu0")]
     return Schedule(tuple(c))
+
+
+def test_a_first_computation_freed_unread_goes_with_a_kept_recomputation():
+    # The side graph with a three times as slow: s computed where an order put it and freed unread, then again for
+    # g; a dropped after b and computed again. Keeping a (first: more time per byte) leaves s's first computation
+    # serving nothing, and it goes with its free; kept from there instead, s would not fit (x, s, a, b and c hold
+    # 360 bytes when c is computed)
+    def node(i, ins, nbytes, cost=1.0, **kw):
+        return Node(i, "op", "forward", ins, {"cuda": cost}, nbytes, **kw)
+
+    g = check_graph(Graph((node("x", (), 10, recomputable=False), node("s", ("x",), 50), node("a", ("x",), 100, 3.0),
+                           node("b", ("a",), 100), node("c", ("b",), 100),
+                           node("g", ("c", "s", "a"), 99, required=True)), name="side"))
+    cl = one_gpu(359)
+    ins = [Compute(v, "gpu0") for v in "xs"] + [Free("s", "gpu0")] + [Compute(v, "gpu0") for v in "ab"] + [
+        Free("a", "gpu0"), Compute("c", "gpu0"), Free("b", "gpu0"), Compute("a", "gpu0"), Compute("s", "gpu0"),
+        Compute("g", "gpu0")]
+    before = simulate(g, cl, Schedule(tuple(ins)))
+    assert before.valid and before.recomputed == 2
+    out, r = keep_instead_of_recompute(g, cl, Schedule(tuple(ins)), make_room=False)
+    assert r.valid and r.recomputed == 0 and r.makespan == before.makespan - 4.0 and r.peak["gpu0"] <= 359
+    assert [x for x in out.instructions if isinstance(x, Compute)] == [
+        Compute(v, "gpu0") for v in ("x", "a", "b", "c", "s", "g")]
 
 
 def test_a_computation_held_through_the_overflow_is_deferred_to_make_room():
