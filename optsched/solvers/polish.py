@@ -1,11 +1,11 @@
 """Keep instead of recompute where the budget allows: a pass over any valid schedule.
 
 A schedule that frees a value and recomputes it later can, where memory permits, keep the value instead: drop the
-free and the recomputation (and the computations that then serve nothing: of its inputs, only for it; a first
-computation freed unread). Each such change is tried in the simulator and kept only when the schedule stays valid
-and gets faster, so the result is never worse than the input. Solvers whose memory model is coarser than the
-simulator's leave room this way: LP rounding solves its LP at a reduced budget when the first rounding does not
-fit, and its schedules then sit well under the real one.
+free and the recomputation (and the recomputations of its inputs that only served it; in a last round, where
+nothing more fits, first computations freed unread too). Each such change is tried in the simulator and kept
+only when the schedule stays valid and gets faster, so the result is never worse than the input. Solvers whose
+memory model is coarser than the simulator's leave room this way: LP rounding solves its LP at a reduced budget
+when the first rounding does not fit, and its schedules then sit well under the real one.
 
 Where keeping a value overflows the budget, room is made for it (`_make_room`), as long as that costs less time
 than the recomputation saves: at the overflow, one value resident there is moved out of the way, cheapest per byte
