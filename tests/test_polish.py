@@ -1,6 +1,6 @@
 """Keep instead of recompute: the pass never returns a slower or invalid schedule, removes every recomputation
-when the budget is unbounded (and with it the recomputations that only served it, and a first computation freed
-unread), and keeps within the budget;
+when the budget is unbounded (and with it the recomputations that only served it), drops a first computation
+freed unread in its last round, and keeps within the budget;
 where keeping overflows, it makes room by deferring a computation past the overflow or dropping a cheaper value.
 Copies nothing reads where they land go, and the solvers return none."""
 
@@ -81,9 +81,9 @@ def _side_schedule() -> Schedule:
 
 def test_a_first_computation_freed_unread_goes_with_a_kept_recomputation():
     # The side graph with a three times as slow: s computed where an order put it and freed unread, then again for
-    # g; a dropped after b and computed again. Keeping a (first: more time per byte) leaves s's first computation
-    # serving nothing, and it goes with its free; kept from there instead, s would not fit (x, s, a, b and c hold
-    # 360 bytes when c is computed)
+    # g; a dropped after b and computed again. a is kept (first: more time per byte); s kept from its first
+    # computation then does not fit (x, s, a, b and c hold 360 bytes when c is computed), so in the last round
+    # that first computation, serving nothing, goes with its free
     def node(i, ins, nbytes, cost=1.0, **kw):
         return Node(i, "op", "forward", ins, {"cuda": cost}, nbytes, **kw)
 
