@@ -102,6 +102,35 @@ def test_a_first_computation_freed_unread_goes_with_a_kept_recomputation():
         Compute(v, "gpu0") for v in ("x", "a", "b", "c", "s", "g")]
 
 
+def test_a_recomputation_that_failed_is_kept_once_an_unread_first_computation_is_gone():
+    # d (200 bytes) computed first beside k, e and f, freed unread, and again at the end; k dropped after e and
+    # computed again for r. Kept from their first computations, each overflows 410 bytes: k beside that first d,
+    # d beside b (300 bytes). The last round drops the first d, and keeping k then fits
+    def node(i, ins, nbytes, **kw):
+        return Node(i, "op", "forward", ins, {"cuda": 1.0}, nbytes, **kw)
+
+    g = check_graph(Graph((node("x", (), 10, recomputable=False), node("k", ("x",), 100), node("e", ("k",), 100),
+                           node("f", ("x",), 100), node("d", ("x",), 200), node("h", ("f",), 10),
+                           node("r", ("k", "e"), 10, required=True), node("b", ("x",), 300),
+                           node("c", ("b",), 10, required=True), node("g", ("d", "h"), 10, required=True)),
+                          name="unread-first"))
+    cl = one_gpu(410)
+
+    def c(*vs):
+        return [Compute(v, "gpu0") for v in vs]
+
+    def f(*vs):
+        return [Free(v, "gpu0") for v in vs]
+
+    ins = (c("x", "k", "e") + f("k") + c("f", "d") + f("d") + c("h") + f("f") + c("k", "r") + f("k", "e")
+           + c("b", "c") + f("b") + c("d", "g"))
+    before = simulate(g, cl, Schedule(tuple(ins)))
+    assert before.valid and before.recomputed == 2 and before.peak["gpu0"] == 410
+    out, r = keep_instead_of_recompute(g, cl, Schedule(tuple(ins)), make_room=False)
+    assert r.valid and r.recomputed == 0 and r.makespan == before.makespan - 2.0 and r.peak["gpu0"] <= 410
+    assert [x.node for x in out.instructions if isinstance(x, Compute)] == list("xkefhrbcdg")
+
+
 def test_a_computation_held_through_the_overflow_is_deferred_to_make_room():
     g = _side_graph()
     cl = one_gpu(359)       # keeping a holds x, s, a, b and c (360 bytes) when c is computed
