@@ -44,8 +44,6 @@ from __future__ import annotations
 import bisect
 import time
 
-import numpy as np
-
 from ..cluster import Cluster
 from ..graph import Graph
 from ..schedule import Compute, Copy, Free, Schedule
@@ -83,9 +81,9 @@ def _dead_computations(graph: Graph, ins: list, firsts: bool = False) -> set[int
     op that makes other outputs, or of one of those (`Node.output_of`), stays: its run makes them."""
     a = graph.arrays
     idx, ids = a.index, a.ids
-    tied = np.zeros(len(ids), dtype=bool)
-    tied[a.output_of[a.output_of >= 0]] = True
-    tied |= a.output_of >= 0
+    if firsts:
+        tied = a.output_of >= 0                 # the other outputs
+        tied[a.output_of[tied]] = True          # and their makers
     open_: dict[tuple[str, str], int | None] = {}   # resident (node, device) -> index of an unread computation
     computed: set[str] = set()
     dead: set[int] = set()
@@ -95,7 +93,7 @@ def _dead_computations(graph: Graph, ins: list, firsts: bool = False) -> set[int
             for u in a.in_idx[a.in_ptr[v]:a.in_ptr[v + 1]]:
                 open_[(ids[u], x.device)] = None
             first = x.node not in computed
-            open_[(x.node, x.device)] = None if first and (tied[v] or not firsts) else i
+            open_[(x.node, x.device)] = None if first and (not firsts or tied[v]) else i
             computed.add(x.node)
         elif isinstance(x, Copy):
             open_[(x.node, x.src)] = None
@@ -375,8 +373,7 @@ def keep_instead_of_recompute(graph: Graph, cluster: Cluster, schedule: Schedule
             # what changed since a recomputation failed may have made room for it: another pass over those
             stale = [t for t, k in failed.items() if k < kept_changes]
             if not stale:
-                dead = set() if firsts else _dead_computations(graph, ins, firsts=True)
-                if not dead:
+                if firsts or not (dead := _dead_computations(graph, ins, firsts=True)):
                     return done()
                 firsts, stale = True, list(failed)
                 trial_tags = [t for k, t in enumerate(tags) if k not in dead]
