@@ -205,9 +205,46 @@ def test_the_bounds_never_exceed_the_exhaustive_optimum_with_other_outputs(g, fr
     moments = data.draw(st.permutations(_needed_with_inputs(spec)))
     with pytest.MonkeyPatch.context() as m:
         m.setattr(bounds, "_ORDER_NEAR", 1.0)
-        ordered = lower_bounds(spec, target=10 * best, moments=lambda: moments, order_seconds=10)
+        ordered = lower_bounds(spec, target=10 * best, moments=lambda: moments, order_seconds=10,
+                               tight=lambda: moments)       # the chain grown from them first (`_grow`)
     assert ordered["floor"] <= best * (1 + 1e-6) + 1e-12
     event("orders raised the bound" if ordered["floor"] > b["floor"] * (1 + 1e-9) else "orders: not raised")
+
+
+def test_the_chain_grown_from_the_best_moment_by_the_tight_ones_reaches_the_coupled_bound(monkeypatch):
+    # with chains of one moment, the loss alone proves 11 s at 7 bytes; grown by the other operations (`_grow`,
+    # before the orders over the blocking moments, here none) the chain proves the 13 s every schedule takes
+    g = coupled_graph()
+    spec = make_spec(g, one_gpu(7), swap=False)
+    monkeypatch.setattr(bounds, "_MOMENTS", 1)
+    assert lower_bounds(spec)["floor"] == pytest.approx(11.0)
+    args = {"target": 20.0, "blocking": lambda: [], "blocking_seconds": 5.0}
+    assert lower_bounds(spec, **args)["floor"] == pytest.approx(11.0)
+    grown = lower_bounds(spec, **args, tight=lambda: list(range(spec.n)))
+    assert grown["floor"] == pytest.approx(13.0) and len(grown["at"]) > 1
+
+
+def test_tight_moments_take_a_drop_from_the_value_s_last_reader_wherever_the_list_puts_it():
+    # f2 (read by the loss only) dropped right after the loss or at the end of the list: the simulator releases
+    # it after the loss either way, so the least memory to spare is at the loss (12 of 20 bytes held... 8), then g2
+    g = coupled_graph()
+    cl = one_gpu(20)
+    spec = make_spec(g, cl, swap=False)
+    order = ["x", "f0", "f1", "f2", "loss", "g2", "g1", "g0"]
+    frees = {"loss": ["f2"], "g2": ["loss", "f1"], "g1": ["g2", "f0"], "g0": ["g1", "x"]}
+
+    def steps(late: bool) -> list:
+        out = []
+        for v in order:
+            out.append(Compute(v, "gpu0"))
+            out += [Free(u, "gpu0") for u in frees.get(v, []) if not (late and u == "f2")]
+        return out + ([Free("f2", "gpu0")] if late else [])
+
+    early, late = steps(False), steps(True)
+    assert simulate(g, cl, Schedule(tuple(early))).peak == simulate(g, cl, Schedule(tuple(late))).peak
+    ids = g.arrays.ids
+    ranked = [ids[v] for v in bounds.tight_moments(spec, ids, early)]
+    assert ranked[:2] == ["loss", "g2"] and [ids[v] for v in bounds.tight_moments(spec, ids, late)] == ranked
 
 
 def test_the_moment_plan_recomputes_what_the_budget_forces_and_proves_the_bound():

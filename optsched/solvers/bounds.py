@@ -56,6 +56,12 @@ branch and bound closes slowly.
   schedule (the transformer at 45% of its keep-everything memory, over lp-rounding's 1.3119x schedule: the first
   layer's ReLU backward and a bias gradient beside the chain's moments, 1.2320x -> 1.2559x of keep-everything's
   time in 5 s).
+- grown chains (same setting): before those orders, a chain grows from the best single moment one moment at a
+  time, over the operations whose first computation left a schedule the least memory to spare (`tight_moments`,
+  `_grow`): where memory binds in the schedule, a moment binds in the bound too, and a few such moments beat a
+  long chain near the peak, whose programme HiGHS takes no further than its LP (the transformer at 45%: the
+  loss's gradient, each layer's ReLU backward and the attention's gradient sum between them, 1.2559x -> 1.2807x;
+  the 3-layer GPT-2 at 25%: the GELU backward of its second and first layers, 1.3603x -> 1.3984x in 5 s).
 
 Only operations that some required result depends on count: a schedule need not compute the others.
 
@@ -89,12 +95,15 @@ _MOMENTS = 16       # at most, in the coupled bound's chain
 _COUPLED = 3.0      # seconds at most for the coupled bound
 _ORDER_NEAR = 0.02  # the orders of moments are tried where the bound is this close to the target (relative)
 _BLOCKING = 5.0     # seconds at most for the orders over the blocking moments (`blocking_moments`)
+_TRY = 1.0          # seconds at most per programme when growing the chain of moments (`_grow`)
+_TIGHT = 12         # operations tried in turn by `_grow` (`tight_moments`)
+_GROWING = 5.0      # seconds at most for `_grow`
 
 
 def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | None = None,
                  moments: Callable[[], Sequence[int]] | None = None, order_seconds: float = 0.0,
                  stop: threading.Event | None = None, blocking: Callable[[], Sequence[int]] | None = None,
-                 blocking_seconds: float = 0.0) -> dict:
+                 blocking_seconds: float = 0.0, tight: Callable[[], Sequence[int]] | None = None) -> dict:
     """{"chain", "work", "recompute", "at", "floor"}: seconds every schedule of the graph on the model's devices
     needs (see the module docstring); recompute is None where it does not apply and infinite where no schedule
     fits, `at` the indices of the operations it came from (one, or the coupled bound's moments in the order of
@@ -103,8 +112,9 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     falls short of it by less than _ORDER_NEAR, the coupled programme over the moments in every order (`_orders`)
     takes `moments()` (operation indices, most promising first: `order_moments`; called only then) for up to
     `order_seconds`; where the bound falls further short, or those are not given, the orders over `blocking()`
-    (`blocking_moments`) take up to `blocking_seconds` (at most _BLOCKING). A Ctrl-C (or `stop` set) ends them
-    with the bound so far, `stop` set."""
+    (`blocking_moments`) take up to `blocking_seconds` (at most _BLOCKING). Before either, the chain grows by
+    moments from `tight()` (`tight_moments`; `_grow`) for up to _GROWING of those seconds, and the orders start
+    from it. A Ctrl-C (or `stop` set) ends them with the bound so far, `stop` set."""
     needed = _needed(spec)
     runnable = ~np.isnan(spec.ccost)
     cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
@@ -123,7 +133,7 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     if d is not None:
         reach = None if target is None else target * TIME_SCALE - float(cheapest.sum())
         extra, out["at"] = _recompute(spec, d, needed, seconds, reach, float(cheapest.sum()), moments, order_seconds,
-                                      stop, blocking, min(blocking_seconds, _BLOCKING))
+                                      stop, blocking, min(blocking_seconds, _BLOCKING), tight)
         out["recompute"] = (float(cheapest.sum()) + extra) / TIME_SCALE
     out["floor"] = max(v for k, v in out.items() if k in ("chain", "work", "recompute") and v is not None)
     return out
@@ -221,35 +231,67 @@ def moment_plans(spec: ModelSpec, count: int = _INTEGER, seconds: float = _SECON
     return out, (float(np.nan_to_num(spec.ccost[d, needed]).sum()) + extra) / TIME_SCALE
 
 
-def _comebacks(spec: ModelSpec, ids, instructions):
-    """Per computation of a value a third time or more in a schedule on the sole device, after a drop: (the value,
-    the operations first computed since its last drop (-1 for recomputations), the memory each left to spare
-    (budget less what is resident, its output and its workspace), the computations of each operation so far)."""
+def _replay(spec: ModelSpec, ids, instructions, at_last_read: bool = False):
+    """Per computation or drop in a schedule on the sole device, in its order: (the value, the memory left to spare
+    at its computation (budget less what is resident, its output and its workspace), or None for a drop).
+    `at_last_read`: a drop takes effect right after the value's last reader before it, as the simulator releases
+    it (the drops of a rounding's schedule come late in its list, up to 8 MB of the 3-layer GPT-2's at 25%)."""
     d = _sole_device(spec, _needed(spec))
     if d is None:
         return
     index = {v: i for i, v in enumerate(ids)}
+    steps = [(index[x.node], isinstance(x, Free)) for x in instructions if isinstance(x, (Compute, Free))]
+    at = list(range(len(steps)))            # where each step takes effect, a drop after the computation there
+    if at_last_read:
+        last: dict[int, int] = {}
+        for i, (v, drop) in enumerate(steps):
+            if drop:
+                at[i] = last.get(v, i)
+            else:
+                last[v] = i
+                for u in spec.in_idx[spec.in_ptr[v]:spec.in_ptr[v + 1]].tolist():
+                    last[u] = i
     resident = np.zeros(spec.n, dtype=bool)
-    count = np.zeros(spec.n, dtype=np.int64)
-    held, dropped = 0, {}
-    spare, first = [], []       # per computation: memory to spare at it, the operation if computed the first time
-    for ins in instructions:
-        if not isinstance(ins, (Compute, Free)):
-            continue
-        v = index[ins.node]
-        if isinstance(ins, Free):
+    held = 0
+    for i in sorted(range(len(steps)), key=lambda i: (at[i], steps[i][1], i)):
+        v, drop = steps[i]
+        if drop:
             if resident[v]:
                 resident[v] = False
                 held -= int(spec.nbytes[v])
-                dropped[v] = len(first)
+                yield v, None
             continue
         resident[v] = True
         held += int(spec.nbytes[v])
-        spare.append(float(spec.budget[d]) - held - float(spec.ws[v]))
+        yield v, float(spec.budget[d]) - held - float(spec.ws[v])
+
+
+def _comebacks(spec: ModelSpec, ids, instructions):
+    """Per computation of a value a third time or more in a schedule on the sole device, after a drop: (the value,
+    the operations first computed since its last drop (-1 for recomputations), the memory each left to spare
+    (`_replay`), the computations of each operation so far)."""
+    count = np.zeros(spec.n, dtype=np.int64)
+    dropped = {}
+    spare, first = [], []       # per computation: memory to spare at it, the operation if computed the first time
+    for v, room in _replay(spec, ids, instructions):
+        if room is None:
+            dropped[v] = len(first)
+            continue
+        spare.append(room)
         first.append(v if not count[v] else -1)
         count[v] += 1
         if count[v] >= 3 and v in dropped:
             yield v, first[dropped[v]:-1], spare[dropped[v]:-1], count
+
+
+def tight_moments(spec: ModelSpec, ids, instructions) -> list[int]:
+    """The _TIGHT operations whose first computation left a schedule on the sole device the least memory to spare
+    (`_replay`), least first: where memory binds in the schedule, moments of the bound bind too (`_grow`)."""
+    room: dict[int, float] = {}
+    for v, spare in _replay(spec, ids, instructions, at_last_read=True):
+        if spare is not None and v not in room:
+            room[v] = spare
+    return sorted(room, key=room.__getitem__)[:_TIGHT]
 
 
 def order_moments(spec: ModelSpec, ids, instructions) -> list[int]:
@@ -358,14 +400,15 @@ def _candidates(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> np.ndar
 
 def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reach: float | None, work: float = 0.0,
                moments=None, order_seconds: float = 0.0, stop: threading.Event | None = None, blocking=None,
-               blocking_seconds: float = 0.0) -> tuple[float, tuple[int, ...] | None]:
+               blocking_seconds: float = 0.0, tight=None) -> tuple[float, tuple[int, ...] | None]:
     """(model time every schedule spends recomputing, at least; the moments it was found at), or (0, None).
     `reach`: the coupled bound is skipped when a single moment gets there; when it falls short, the orders over
     `moments` (`_orders`, for `order_seconds`) are tried where the bound plus `work` is within _ORDER_NEAR of it
     plus `work` (model time), else those over `blocking` (for `blocking_seconds`): on the 3-layer GPT-2 at 30% of
     its keep-everything memory, 5 s of them first left the orders over `moments` 0.02% short of the proof. Either
     way `_reader`'s operation comes first, but only where there are moments to order (on a 40-layer random graph
-    at 50%, where there are none, it alone took the 5 s that the models without gap stages needed)."""
+    at 50%, where there are none, it alone took the 5 s that the models without gap stages needed). Before the
+    orders, `_grow` adds moments from `tight` to the chain, for up to _GROWING of their seconds."""
     t0 = time.perf_counter()
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
     lp, anc = _ranked(spec, d, needed, dst, seconds)
@@ -389,6 +432,15 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         return best, at
     stop = stop or threading.Event()
     cutoff = reach + 1e-7 * (work + reach)      # a hair above, so that reaching it proves a gap despite rounding
+    if tight is not None and max(order_seconds, blocking_seconds) > 0:
+        t1 = time.perf_counter()
+        grown = _grow(spec, d, needed, dst, anc, single, (single[top], (top,)), tight(), cutoff,
+                      min(_GROWING, max(order_seconds, blocking_seconds)), stop)
+        best, at = max((best, at), grown, key=lambda v: v[0])
+        spent = time.perf_counter() - t1
+        order_seconds, blocking_seconds = order_seconds - spent, blocking_seconds - spent
+        if not best < reach:
+            return best, at
     if moments is not None and order_seconds > 0 and work + best >= (1 - _ORDER_NEAR) * (work + reach):
         ms, seconds = moments, order_seconds
     elif blocking is not None and blocking_seconds > 0:
@@ -400,6 +452,52 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         return best, at
     ms = list(dict.fromkeys(_reader(spec, needed, at, anc) + ms))
     return _orders(spec, d, needed, dst, anc, single, (best, at), ms, cutoff, seconds, stop)
+
+
+def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
+          start: tuple[float, tuple[int, ...]], cands: Sequence[int], reach: float, seconds: float,
+          stop: threading.Event) -> tuple[float, tuple[int, ...]]:
+    """(model time every schedule recomputes, at least; the chain of moments it was found at): the chain of `start`
+    (its bound, its moments) grown one moment at a time. Each of `cands` (`tight_moments`) that is an ancestor or
+    a descendant of every moment is tried in its place (the coupled programme, at most _TRY seconds, a core each);
+    the one whose dual bound is largest joins, until none raises the bound, it reaches `reach`, `seconds` pass or
+    `stop` is set.
+    Each chain's dual bound holds for every schedule, so the largest is the bound. A few moments where memory binds
+    beat a long chain: `_chain` takes the operations where keep-everything holds the most, all near the peak, and
+    over 16 moments HiGHS gets no further than the LP (the transformer at 45% of its keep-everything memory: the
+    ReLU backward of each layer and the attention's gradient sum between them, with the loss's, 1.2559x -> 1.2807x
+    of keep-everything's time)."""
+    from .milp import _join
+
+    t0 = time.perf_counter()
+    best, chain = start
+    rank = np.empty(spec.n, dtype=np.int64)
+    rank[spec.order] = np.arange(spec.n)
+    cands = [y for y in cands if needed[y]]
+    for y in cands:
+        if y not in anc:
+            anc[y] = _reach(spec.in_ptr, spec.in_idx, y, spec.n)
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+
+        def bound(y: int) -> float:
+            left = seconds - (time.perf_counter() - t0)
+            if left <= 0 or stop.is_set():
+                return 0.0
+            problem = _coupled(spec, d, sorted((*chain, y), key=rank.__getitem__), needed, dst, anc, single)[0]
+            return _solve(problem, True, min(_TRY, left), stop=stop)
+
+        while best < reach and not stop.is_set() and time.perf_counter() - t0 < seconds:
+            tried = [y for y in cands if y not in chain and anc[y].any() and all(anc[y][x] or anc[x][y] for x in chain)]
+            runs = [pool.submit(bound, y) for y in tried]
+            waiting = threading.Thread(target=wait, args=(runs,), daemon=True)
+            waiting.start()
+            _join(waiting, stop)        # a Ctrl-C sets `stop`: the programmes stop at once
+            vals = [f.result() for f in runs]
+            if not vals or max(vals) <= best * (1 + 1e-9):
+                break
+            y = tried[int(np.argmax(vals))]
+            best, chain = max(vals), tuple(sorted((*chain, y), key=rank.__getitem__))
+    return best, chain
 
 
 def _reader(spec: ModelSpec, needed: np.ndarray, chain: Sequence[int], anc: dict) -> list[int]:

@@ -94,7 +94,8 @@ Reductions and what they cost:
 - Bounds: the reported bound is the larger of the solver's dual bound and
   `bounds.lower_bounds` (longest dependency chain, total work over the
   devices, and on one device without copies the work plus the recomputation
-  that the budget forces, at one moment or a chain of them, with the moments
+  that the budget forces, at one moment or a chain of them (grown from the
+  moments where the fastest candidate had least memory to spare), with the moments
   where the fastest candidate had no room to keep a value it computes a third
   time, or taken in every order where the warm start is just short of proven:
   `_bounds`), which holds for
@@ -165,7 +166,7 @@ from ..graph import Graph, memory_lower_bound
 from ..schedule import Copy, Schedule, SolveReport
 from ..simulate import describe, simulate
 from ..units import format_size
-from .bounds import _SECONDS, blocking_moments, least_budget, lower_bounds, order_moments
+from .bounds import _SECONDS, blocking_moments, least_budget, lower_bounds, order_moments, tight_moments
 from .cuts import root_cuts
 from .lns import improve
 from .milp_model import (
@@ -462,14 +463,16 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
     seconds (GPT-2 at 35% of its keep-everything memory: the bound 1.2973x -> 1.2980x of keep-everything's step
     time in about 15 s, which proves the rounding's 1.3112x within 1%, where the stage model's branch and bound
     had not finished its root in 40 s); where it falls short otherwise, the orders over those of them where the
-    candidate had no room to keep the value (`bounds.blocking_moments`) a few seconds. A Ctrl-C during them sets
-    `stop` and ends them with the bound so far."""
+    candidate had no room to keep the value (`bounds.blocking_moments`) a few seconds. Before either, the chain of
+    moments grows from those where the candidate had least memory to spare (`bounds.tight_moments`), for up to 5 s.
+    A Ctrl-C during them sets `stop` and ends them with the bound so far."""
     fits = [(r.makespan, name, sched) for name, sched, r in base if r.valid]
     fastest = min(fits, key=lambda v: v[0])[2].instructions if fits else ()
     ids = graph.arrays.ids
     b = lower_bounds(spec, seconds, target, order_seconds=_ORDER_SHARE * left if orders else 0.0, stop=stop,
                      moments=lambda: order_moments(spec, ids, fastest),
-                     blocking=lambda: blocking_moments(spec, ids, fastest), blocking_seconds=_ORDER_SHARE * left)
+                     blocking=lambda: blocking_moments(spec, ids, fastest), blocking_seconds=_ORDER_SHARE * left,
+                     tight=lambda: tight_moments(spec, ids, fastest))
     if np.isfinite(b["floor"]):
         return b
     if fits:
