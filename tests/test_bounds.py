@@ -205,10 +205,13 @@ def test_the_bounds_never_exceed_the_exhaustive_optimum_with_other_outputs(g, fr
     moments = data.draw(st.permutations(_needed_with_inputs(spec)))
     with pytest.MonkeyPatch.context() as m:
         m.setattr(bounds, "_ORDER_NEAR", 1.0)
-        ordered = lower_bounds(spec, target=10 * best, moments=lambda: moments, order_seconds=10,
-                               tight=lambda: moments)       # the chain grown from them first (`_grow`)
+        ordered = lower_bounds(spec, target=10 * best, moments=lambda: moments, order_seconds=10)
     assert ordered["floor"] <= best * (1 + 1e-6) + 1e-12
     event("orders raised the bound" if ordered["floor"] > b["floor"] * (1 + 1e-9) else "orders: not raised")
+    # the chain grown from them (`_grow`), then their orders as blocking moments
+    grown = lower_bounds(spec, target=10 * best, blocking=lambda: moments, blocking_seconds=10, tight=lambda: moments)
+    assert grown["floor"] <= best * (1 + 1e-6) + 1e-12
+    event("growth raised the bound" if grown["floor"] > b["floor"] * (1 + 1e-9) else "growth: not raised")
 
 
 def test_the_chain_grown_from_the_best_moment_by_the_tight_ones_reaches_the_coupled_bound(monkeypatch):
