@@ -300,7 +300,7 @@ def test_profile_on_a_gpu_adds_each_ops_scratch_to_its_nodes_workspace(monkeypat
     assert [n.workspace for n in load_graph(tmp_path / "g.json").nodes] == [n.workspace for n in g.nodes]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_cuda_profile_measures_the_scratch_so_the_keep_everything_peak_is_the_allocators():
     """On a GPU the profile finds the scratch of ops (the bias gradients' reductions of an MLP); with it in the
     workspace the keep-everything peak predicted is the allocator's, within the executor's 10% (without it, 10%

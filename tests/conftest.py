@@ -1,0 +1,38 @@
+"""Tests marked `cuda` run on a GPU and are skipped without one. Every other test runs as on a machine without
+CUDA wherever it runs, its fixtures too: a CPU test on a GPU box would otherwise replay onto cuda:0 (the default
+device map) and capture with the GPU's kernels, and its exact comparisons would test another path than the one CI
+runs."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA device (skipped without one); the only tests that see it")
+
+
+def pytest_collection_modifyitems(config, items):
+    marked = [item for item in items if item.get_closest_marker("cuda")]
+    if not marked:
+        return
+    has_cuda = importlib.util.find_spec("torch") is not None and __import__("torch").cuda.is_available()
+    for item in marked if not has_cuda else ():
+        item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Around the test's setup, call and teardown (so also around the module fixtures it sets up)."""
+    torch = sys.modules.get("torch")
+    if torch is None or item.get_closest_marker("cuda"):
+        yield
+        return
+    real = torch.cuda.is_available
+    torch.cuda.is_available = lambda: False
+    try:
+        yield
+    finally:
+        torch.cuda.is_available = real
