@@ -26,15 +26,18 @@ then read three ways: the ledger (measured_peak_bytes), cuda:0's allocator over 
 allocator_error against the prediction), and one more step with the caching allocator capped at the budget
 (capped_status: "ok" when the step fits the budget on the GPU itself). The op costs and each op's scratch on the GPU
 (`measure_costs`) come from the keep-everything replay, so the prediction counts the scratch. On an H100 (torch 2.11;
-experiments/results/execute_cuda_hold.csv with --hold, at c62dd5e; execute_cuda.csv at 0b7ec8a): held (25
-schedules), gpu0 with the model's tensors is within the budget in all 25, the allocator within 10% of the prediction
-in 23, and the step within 15% of the prediction in 21 (median 6.9%; 11 of 25 before the replay called the host
-less per op). Moved (27), the allocator is within 10% in 21 and at most the budget in 12, as the model still holds
-what a schedule swaps out; the step is within 15% in 18 (median 8.5%) and within 15% of the predicted ratio to
-keep-everything's step in 22. Capped, 6 held steps fit (10 with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,
-execute_cuda_hold_expandable.csv): the caching allocator's blocks leave gaps it cannot use under the cap, so on a
-GPU give the budget that margin. The worst row is the mlp at 50% by MILP, moved: 198 copies, 19.2 ms predicted,
-104.8 ms measured, and the allocator 60% over the prediction. The allocator's excess when moved
+experiments/results/execute_cuda_hold.csv with --hold and execute_cuda.csv, both at 400fda0): held (25 schedules),
+gpu0 with the model's tensors is within the budget in all 25, the allocator within 10% of the prediction in 23, the
+step within 15% of the prediction in 15 (median 14.1%; 21 at c62dd5e) and of the predicted ratio to keep-everything's
+step in 19 (median 3.6%): the transformer's op costs were measured in a slower minute than its steps ran, and three
+mlp schedules with host computes take 2.3-4.5x their prediction, as the copies of host-made values to the GPU come
+from pageable memory and block the thread that issues them (torch.profiler: 38 ms a step of cudaMemcpyAsync on the
+host, the held mlp at 50% by MILP). Moved (27), the allocator is within 10% in 21 and at most the budget in 12, as
+the model still holds what a schedule swaps out; the step is within 15% in 17 (median 10.3%) and within 15% of the
+predicted ratio to keep-everything's step in 21. Capped, 7 held steps fit (10 of 25 at c62dd5e with
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, execute_cuda_hold_expandable.csv): the caching allocator's blocks
+leave gaps it cannot use under the cap, so on a GPU give the budget that margin. The worst moved row is the mlp at
+70% by MILP: 62 copies, 15.8 ms predicted, 31.5 ms measured. The allocator's excess when moved
 grows with the copies: a schedule may swap a parameter or an input out of the accelerator, which the ledger then
 releases, but the model (or the caller) still holds that tensor, so its memory stays. On this CPU, mlp at bench
 size and 70% (heuristic): the allocator is 8.39 MB over the sum of the predicted peaks, exactly the two 4.19 MB
