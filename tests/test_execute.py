@@ -270,6 +270,69 @@ def test_the_hosts_computations_run_on_a_thread_of_their_own(name, device, monke
     assert peaks[0] == peaks[1] and peaks[1]["host"] == simulate(graph, cluster, schedule).peak["host"]
 
 
+def _host_computes_case(name, device):
+    """A built-in on `device` and metf's schedule at 20% of its keep-everything peak, which computes on the host."""
+    torch.manual_seed(2)
+    ex = _on(BUILTIN[name](), device)
+    step, graph = capture_step(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    big = single_accelerator(2**40)
+    cluster = single_accelerator(int(simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"] * 0.2))
+    return ex, step, graph, cluster, solve(graph, cluster, "metf")
+
+
+def test_a_value_the_host_makes_for_a_gpu_is_made_into_a_pinned_buffer_on_the_thread_that_makes_it(monkeypatch):
+    """With gpu0 on the CPU nothing is staged; where gpu0 is a GPU (stood in for: the staged set a CUDA map gives,
+    the pinned buffers plain ones), each host compute whose value a copy takes to gpu0 copies it into a buffer from
+    the pinned pool, on the host's thread where it runs there, once per compute; the gradients stay eager's."""
+    ex, step, graph, cluster, schedule = _host_computes_case("mlp", "cpu")
+    taken = []
+
+    def pinned_like(self, src, stream):
+        taken.append((threading.current_thread().name.rsplit("_", 1)[0], stream))
+        return torch.empty_like(src)
+
+    monkeypatch.setattr(Replayer, "_pinned_like", pinned_like)
+    with Replayer(ex["model"], step, graph, cluster, schedule, host_thread=True) as replay:
+        assert replay.staged == set()
+        replay.staged = {(x.node, x.src) for x in schedule.instructions if isinstance(x, Copy) and x.src == "host"
+                         and x.dst == "gpu0" and x.node not in replay.source}
+        made = [x for x in schedule.instructions if isinstance(x, Compute) and (x.node, x.device) in replay.staged]
+        assert made and any((x.node, x.device) in replay.threaded for x in made)
+        _check_step(replay, ex)
+    assert sorted(taken) == sorted(("optsched-compute host" if (x.node, x.device) in replay.threaded
+                                    else "MainThread", None) for x in made)
+
+
+@pytest.mark.cuda
+def test_cuda_copies_of_host_made_values_read_pinned_buffers_that_the_next_steps_reuse(monkeypatch):
+    """On a GPU every copy to it of a value the host computed reads a pinned buffer, and from the third step on no
+    pinned buffer is allocated: each comes back to the pool once its copies are done. Gradients as eager's."""
+    ex, step, graph, cluster, schedule = _host_computes_case("mlp", "cuda")
+    read, allocated = [], []
+    copy, empty_strided = Replayer._copy, torch.empty_strided
+
+    def spy(self, v, a, b):
+        if (v, a) in self.staged:
+            t = self.env[a][v][-1][0]
+            read.append((t.result() if isinstance(t, Future) else t).is_pinned())
+        return copy(self, v, a, b)
+
+    def counted(*args, **kwargs):
+        allocated.append(kwargs.get("pin_memory", False))
+        return empty_strided(*args, **kwargs)
+
+    monkeypatch.setattr(Replayer, "_copy", spy)
+    monkeypatch.setattr(torch, "empty_strided", counted)
+    with Replayer(ex["model"], step, graph, cluster, schedule) as replay:
+        assert replay.staged
+        for _ in range(3):
+            read.clear()
+            allocated.clear()
+            _check_step(replay, ex, exact=False)
+            assert read and all(read)
+        assert not any(allocated)
+
+
 def test_cpu_allocator_peak_matches_prediction():
     """The CPU allocator's own peak (all CPU-mapped devices together) is within 10% of the simulated total."""
     torch.manual_seed(3)

@@ -22,7 +22,9 @@ The traced joint graph (`capture.trace.Step`) gives each node's ATen call.
   on the host);
 - `copy v a->b`: a real copy (a clone when both map to one torch device, so
   memory behaves as on two devices); host-bound copies from CUDA go into
-  pinned buffers reused across steps, on one CUDA stream per link; when both
+  pinned buffers reused across steps, on one CUDA stream per link, and a
+  value the host computes for a GPU is copied into one as it is made (a copy
+  from pageable memory blocks the thread that issues it); when both
   ends map to the CPU the copy runs on the link's worker thread, the CPU's
   copy stream (torch releases the GIL while it copies, so with one torch
   thread one core computes while another copies; handing a copy over costs
@@ -70,6 +72,7 @@ from __future__ import annotations
 import functools
 import operator
 import statistics
+import threading
 import time
 import weakref
 from collections.abc import Mapping
@@ -346,7 +349,13 @@ class Replayer:
         # the values a copy reads, by (node, device): only a compute of one of them records a CUDA event, which the
         # copy's stream waits for; a compute's other readers are computes on its own stream, which runs in order
         self.copied = {(x.node, x.src) for x in schedule.instructions if isinstance(x, Copy)}
+        # the values the host computes that a copy takes to a GPU: made into a pinned buffer (`_staged`), since a
+        # copy from pageable memory blocks the thread that issues it (on an H100, 38 ms a step of the held mlp at
+        # 50% by MILP, whose schedule computes 14 backward ops on the host)
+        self.staged = {(x.node, x.src) for x in schedule.instructions if isinstance(x, Copy) and
+                       x.node not in self.source and self.dev[x.src].type == "cpu" and self.dev[x.dst].type == "cuda"}
         self.pinned: dict[tuple, list[torch.Tensor]] = {}
+        self.pinned_lock = threading.Lock()   # the host's thread takes buffers too (`_staged`)
         self.where = {d: str(x) for d, x in self.dev.items()}     # schedule device -> its torch device's name
         self.same: dict[str, list[str]] = {}       # torch device -> the schedule devices on it
         for d, w in self.where.items():
@@ -541,10 +550,18 @@ class Replayer:
                     t.record_stream(s)
         if not gens:
             self.readers.pop((d, v), None)
-        if made and self.cuda and t.device.type == "cpu" and t.is_pinned():
+        pinned = made and self.cuda and t.device.type == "cpu" and t.is_pinned()
+        if pinned or not made and (v, d) in self.staged:
             # refilled only once the copy that filled it and every copy reading it are done: a CPU copy's Future,
             # or an event recorded now on each CUDA stream that reads it (its reads were issued before this free)
             waits = [ev, *(s if isinstance(s, Future) else self._recorded(s) for s in readers)]
+            if pinned:
+                self._pool(t, waits)
+            else:   # a buffer the host's thread stages: back in the pool once it is made
+                t.add_done_callback(lambda f: f.exception() is None and self._pool(f.result(), waits))
+
+    def _pool(self, t: torch.Tensor, waits: list) -> None:
+        with self.pinned_lock:
             self.pinned.setdefault((tuple(t.shape), t.stride(), t.dtype), []).append((t, waits))
 
     @staticmethod
@@ -630,6 +647,8 @@ class Replayer:
                     self._track(d, made)
         else:
             t = self._run_op(d, v, self.fx[v])
+        if (v, d) in self.staged:
+            t = self._staged(t)
         self._put(d, v, t, self._recorded(stream) if (v, d) in self.copied else None, stream)
 
     def _compute_on_thread(self, d: str, v: str) -> None:
@@ -649,7 +668,14 @@ class Replayer:
     def _run_given(self, d: str, v: str, given: dict):
         for entries in given.values():
             _host_wait(entries[-1][1])
-        return self._run_op(d, v, self.fx[v], given)
+        t = self._run_op(d, v, self.fx[v], given)
+        return self._staged(t) if (v, d) in self.staged else t
+
+    def _staged(self, t: torch.Tensor) -> torch.Tensor:
+        """t copied into a pinned host buffer, which the copy to the GPU then reads without blocking."""
+        buf = self._pinned_like(t, None)
+        buf.copy_(t)
+        return buf
 
     def _run_op(self, d: str, v: str, n: torch.fx.Node, env=None):
         """n's call for graph node v; in a scratch run on a GPU, also what it allocated and released meanwhile
@@ -700,6 +726,8 @@ class Replayer:
             self.readers.setdefault((a, v), set()).add(stream)
         else:
             _host_wait(ev)
+            if stream is not None and (a, v) in self.staged:   # its buffer is refilled only after this copy
+                self.readers.setdefault((a, v), set()).add(stream)
         if da == db:
             t = src.clone()
         elif db.type == "cpu" and da.type == "cuda":
@@ -710,11 +738,13 @@ class Replayer:
         self._put(b, v, t, self._recorded(stream))
 
     def _pinned_like(self, src: torch.Tensor, stream) -> torch.Tensor:
-        """A pinned host buffer for a copy from CUDA on `stream`: a freed one of src's layout (the stream waits for
-        the copies that filled and read it; a CPU copy's Future is waited for here), else a new one."""
-        pool = self.pinned.get((tuple(src.shape), src.stride(), src.dtype))
-        if pool:
-            t, waits = pool.pop()
+        """A pinned host buffer for a copy from CUDA on `stream`, or (stream None) for a host-made value
+        (`_staged`): a freed one of src's layout (the stream waits for the copies that filled and read it; a CPU
+        copy's Future, and every wait without a stream, is waited for here), else a new one."""
+        with self.pinned_lock:
+            pool = self.pinned.get((tuple(src.shape), src.stride(), src.dtype))
+            t, waits = pool.pop() if pool else (None, ())
+        if t is not None:
             for ev in waits:
                 if stream is not None and isinstance(ev, torch.cuda.Event):
                     stream.wait_event(ev)
