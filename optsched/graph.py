@@ -249,16 +249,22 @@ def drop_unneeded(graph: Graph) -> Graph:
 
 
 def attach_outputs(graph: Graph, order) -> np.ndarray:
-    """`order` with each operation's other outputs (`Node.output_of`) right after the node that makes them: the
-    simulator counts such an output from that node's computation, so computing it later only holds it longer."""
+    """The topological `order` with each operation's other outputs (`Node.output_of`) right after the node that
+    makes them, or after their last other input where that comes later (a captured output reads only what its
+    maker reads, which comes before; before such an input, the order would not be topological, and a chain of
+    moments ordered by it would not be one): the simulator counts such an output from that node's computation, so
+    computing it later only holds it longer."""
     order = np.asarray(order, dtype=np.int64)
-    of = graph.arrays.output_of
+    a = graph.arrays
+    of = a.output_of
     if not (of >= 0).any():
         return order
     key = np.empty(len(order), dtype=np.float64)
     key[order] = np.arange(len(order))
     made = np.flatnonzero(of >= 0)
-    key[made] = key[of[made]] + 0.5 * (key[made] + 1) / (len(order) + 1)    # after the maker, in their own order
+    for o in made[np.argsort(key[made])]:   # in order, so an input that is itself moved is placed first
+        ins = a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]
+        key[o] = key[ins].max() + 0.5 * (key[o] + 1) / (len(order) + 1)   # outputs of one maker in their order
     return order[np.argsort(key[order], kind="stable")]
 
 

@@ -295,3 +295,21 @@ def test_random_and_chain_graphs_keep_the_backward_pass_they_need():
     # without parameters the data input's gradient is required, so the whole backward pass runs
     for g in (chain_graph(6), random_training_graph(8, 0, params=False)):
         assert sum(v.kind == "backward" for v in g.nodes) == sum(v.kind == "forward" for v in g.nodes)
+
+
+def test_an_other_output_goes_right_after_its_maker_or_after_an_input_that_comes_later():
+    """`attach_outputs`: a captured output (reading its maker and what the maker reads) comes right after its
+    maker; one that also reads a node the order puts after the maker comes after that node, so the order stays
+    topological (before, `o` came before `b`, and the bounds' chains of moments built on it named columns that do
+    not exist, which corrupted HiGHS's memory)."""
+    from optsched.graph import attach_outputs
+
+    g = check_graph(Graph((
+        n("x", kind="input", recomputable=False), n("m", ["x"]), n("b", ["x"]), n("c", ["b"]),
+        n("o", ["m", "b"], output_of="m", recomputable=False), n("p", ["m", "x"], output_of="m", recomputable=False),
+        n("w", ["o", "p", "c"], required=True))))
+    ids = list(g.arrays.ids)
+    order = [ids[i] for i in attach_outputs(g, [ids.index(v) for v in ("x", "m", "b", "c", "o", "p", "w")])]
+    assert order == ["x", "m", "p", "b", "o", "c", "w"]
+    placed = {v: k for k, v in enumerate(order)}
+    assert all(placed[u] < placed[n.id] for n in g.nodes for u in n.inputs)

@@ -811,6 +811,8 @@ def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: 
     from .milp import run_highs  # releases HiGHS's thread pool for the solves after this one
 
     cost, lb, ub, row_lo, row_hi, start, idx, val = problem
+    if idx.size and idx.min() < 0:     # HiGHS would write out of bounds and corrupt the process's heap
+        raise ValueError("a bound's programme names a column it does not have (a chain of moments out of order?)")
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(max(seconds, 0.01)))
