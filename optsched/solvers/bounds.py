@@ -86,7 +86,7 @@ import numpy as np
 
 from ..graph import needed_mask
 from ..schedule import Compute, Free
-from .milp_model import TIME_SCALE, ModelSpec
+from .milp_model import TIME_SCALE, ModelSpec, rank_of
 
 _CANDIDATES = 24    # operations x tried with the LP (where keep-everything holds the most bytes)
 _INTEGER = 4        # of those, the best few solved as integer programmes (their dual bound)
@@ -433,8 +433,11 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         return best, at
     stop = stop or threading.Event()
     cutoff = reach + 1e-7 * (work + reach)      # a hair above, so that reaching it proves a gap despite rounding
-    near = moments is not None and order_seconds > 0 and work + best >= (1 - _ORDER_NEAR) * (work + reach)
-    if tight is not None and blocking_seconds > 0 and not near:     # near, the orders' seconds are theirs alone
+
+    def near() -> bool:     # the orders over `moments` have seconds left and the bound is within _ORDER_NEAR
+        return moments is not None and order_seconds > 0 and work + best >= (1 - _ORDER_NEAR) * (work + reach)
+
+    if tight is not None and blocking_seconds > 0 and not near():   # near, the orders' seconds are theirs alone
         t1 = time.perf_counter()
         grown = _grow(spec, d, needed, dst, anc, single, (single[top], (top,)), tight(), cutoff,
                       min(_GROWING, blocking_seconds), stop)
@@ -443,7 +446,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         order_seconds, blocking_seconds = order_seconds - spent, blocking_seconds - spent
         if not best < reach:
             return best, at
-    if moments is not None and order_seconds > 0 and work + best >= (1 - _ORDER_NEAR) * (work + reach):
+    if near():
         ms, seconds = moments, order_seconds
     elif blocking is not None and blocking_seconds > 0:
         ms, seconds = blocking, blocking_seconds
@@ -473,8 +476,7 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
 
     t0 = time.perf_counter()
     best, chain = start
-    rank = np.empty(spec.n, dtype=np.int64)
-    rank[spec.order] = np.arange(spec.n)
+    rank = rank_of(spec)
     cands = [y for y in cands if needed[y]]
     for y in cands:
         if y not in anc:
@@ -606,8 +608,7 @@ def _side_by_side(problems: list, seconds: float, cutoff: float | None, stop: th
 def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
     """The longest chain of candidates through `top`, each an ancestor of the next, at most _MOMENTS of them
     (evenly thinned, `top` kept)."""
-    rank = np.empty(spec.n, dtype=np.int64)
-    rank[spec.order] = np.arange(spec.n)
+    rank = rank_of(spec)
     cands = sorted(cands, key=rank.__getitem__)
     before = [x for x in cands if anc[top][x]]
     after = [x for x in cands if anc[x][top]]

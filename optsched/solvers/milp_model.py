@@ -70,6 +70,13 @@ class ModelSpec:
         return len(self.links)
 
 
+def rank_of(spec: ModelSpec) -> np.ndarray:
+    """Each node's rank in the model's order (`spec.order` inverted)."""
+    rank = np.empty(spec.n, dtype=np.int64)
+    rank[spec.order] = np.arange(spec.n)
+    return rank
+
+
 def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = True, swap: bool = True,
               devices: int | None = None, host_compute: bool = True, window: int | None = None,
               gaps=None, instage: bool = False) -> ModelSpec:
@@ -259,8 +266,7 @@ def _within_entries(spec: ModelSpec, Rd: np.ndarray, Sd: np.ndarray) -> dict:
     computations in stage order (t, then rank); and FREE candidates f = (entry fe[f], value fi[f]): after
     computing k[fe], free fi (an input of k, or k itself) if that was its last use in the stage and it is
     neither kept into the next stage nor copied out."""
-    rank = np.empty(spec.n, dtype=np.int64)
-    rank[spec.order] = np.arange(spec.n)
+    rank = rank_of(spec)
     t_, k_ = np.nonzero(Rd >= 0)
     o = np.lexsort((rank[k_], t_))
     t_, k_ = t_[o], k_[o]

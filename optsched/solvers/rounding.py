@@ -51,7 +51,7 @@ from ..schedule import Compute, Free, Schedule, SolveReport
 from ..simulate import SimResult, simulate
 from .baselines import memory_order
 from .bounds import moment_plans
-from .milp_model import ModelSpec, build_model, column_values, last_uses, make_spec
+from .milp_model import ModelSpec, build_model, column_values, last_uses, make_spec, rank_of
 from .nofit import not_found
 from .options import SolveOptions
 from .polish import keep_instead_of_recompute
@@ -123,8 +123,7 @@ def round_keep(graph: Graph, spec: ModelSpec, keep: np.ndarray, device: str,
     n, T = spec.n, spec.T
     ids = a.ids
     ins = [spec.in_idx[spec.in_ptr[v]:spec.in_ptr[v + 1]].tolist() for v in range(n)]
-    rank = np.empty(n, dtype=np.int64)
-    rank[spec.order] = np.arange(n)
+    rank = rank_of(spec)
     t_ = np.arange(T + 1)[:, None]
     hold = (spec.once | spec.required)[None, :] & (t_ > spec.pos[None, :]) & (t_ <= spec.s_hi[None, :])
     keep = (keep | hold) & (t_ >= spec.s_lo[None, :]) & (t_ <= spec.s_hi[None, :])
