@@ -493,8 +493,9 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
     while best < reach and not stop.is_set() and time.perf_counter() - t0 < seconds:
         tried = [y for y in cands if y not in chain and anc[y].any() and all(anc[y][x] or anc[x][y] for x in chain)]
         vals: list[float] = []
-        # one after another in one worker: HiGHS runs ending side by side crash it (a run's release of its thread
-        # pool, `run_highs`, is not safe beside another run), several times in ten on the property test
+        # one after another in one worker: side by side, the property test crashed several times in ten. One
+        # cause, which crashed this one worker too, was a chain out of order (column -1, `attach_outputs`); side
+        # by side runs have not been tried again since
         waiting = threading.Thread(target=bounds, args=(tried, vals), daemon=True)
         waiting.start()
         _join(waiting, stop)        # a Ctrl-C sets `stop`: the programme running stops at once
