@@ -464,9 +464,9 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
           stop: threading.Event) -> tuple[float, tuple[int, ...]]:
     """(model time every schedule recomputes, at least; the chain of moments it was found at): the chain of `start`
     (its bound, its moments) grown one moment at a time. Each of `cands` (`tight_moments`) that is an ancestor or
-    a descendant of every moment is tried in its place (the coupled programme, at most _TRY seconds, one after
-    another); the one whose dual bound is largest joins, until none raises the bound, it reaches `reach`, `seconds`
-    pass or `stop` is set.
+    a descendant of every moment is tried in its place (the coupled programme, at most _TRY seconds, a core each);
+    the one whose dual bound is largest joins, until none raises the bound, it reaches `reach`, `seconds` pass or
+    `stop` is set.
     Each chain's dual bound holds for every schedule, so the largest is the bound. A few moments where memory binds
     beat a long chain: `_chain` takes the operations where keep-everything holds the most, all near the peak, and
     over 16 moments HiGHS gets no further than the LP (the transformer at 45% of its keep-everything memory: the
@@ -482,28 +482,26 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
         if y not in anc:
             anc[y] = _reach(spec.in_ptr, spec.in_idx, y, spec.n)
 
-    def bounds(ys: list[int], vals: list[float]) -> None:
-        for y in ys:
-            left = seconds - (time.perf_counter() - t0)
-            if left <= 0 or stop.is_set():
-                return
-            problem = _coupled(spec, d, sorted((*chain, y), key=rank.__getitem__), needed, dst, anc, single)[0]
-            vals.append(_solve(problem, True, min(_TRY, left), stop=stop))
+    def bound(y: int) -> float:
+        left = seconds - (time.perf_counter() - t0)
+        if left <= 0 or stop.is_set():
+            return 0.0
+        problem = _coupled(spec, d, sorted((*chain, y), key=rank.__getitem__), needed, dst, anc, single)[0]
+        return _solve(problem, True, min(_TRY, left), stop=stop)
 
-    while best < reach and not stop.is_set() and time.perf_counter() - t0 < seconds:
-        tried = [y for y in cands if y not in chain and anc[y].any() and all(anc[y][x] or anc[x][y] for x in chain)]
-        vals: list[float] = []
-        # one after another in one worker: side by side, the property test crashed several times in ten. One
-        # cause, which crashed this one worker too, was a chain out of order (column -1, `attach_outputs`); side
-        # by side runs have not been tried again since
-        waiting = threading.Thread(target=bounds, args=(tried, vals), daemon=True)
-        waiting.start()
-        _join(waiting, stop)        # a Ctrl-C sets `stop`: the programme running stops at once
-        waiting.join()
-        if not vals or max(vals) <= best * (1 + 1e-9):
-            break
-        y = tried[int(np.argmax(vals))]
-        best, chain = max(vals), tuple(sorted((*chain, y), key=rank.__getitem__))
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        while best < reach and not stop.is_set() and time.perf_counter() - t0 < seconds:
+            tried = [y for y in cands
+                     if y not in chain and anc[y].any() and all(anc[y][x] or anc[x][y] for x in chain)]
+            runs = [pool.submit(bound, y) for y in tried]
+            waiting = threading.Thread(target=wait, args=(runs,), daemon=True)
+            waiting.start()
+            _join(waiting, stop)        # a Ctrl-C sets `stop`: the programmes running stop at once
+            vals = [f.result() for f in runs]
+            if not vals or max(vals) <= best * (1 + 1e-9):
+                break
+            y = tried[int(np.argmax(vals))]
+            best, chain = max(vals), tuple(sorted((*chain, y), key=rank.__getitem__))
     return best, chain
 
 
