@@ -242,13 +242,8 @@ def test_the_hosts_computations_run_on_a_thread_of_their_own(name, device, monke
     accelerator's; an op with several outputs stays on the main thread. The gradients are eager's (bitwise on the
     CPU) and the ledger's peaks as without it, the host's the simulator's (it counts what the thread has still to
     make at the graph's bytes)."""
-    torch.manual_seed(2)
-    ex = _on(BUILTIN[name](), device)
+    ex, step, graph, cluster, schedule = _host_computes_case(name, device)
     model = ex["model"]
-    step, graph = capture_step(model, ex["inputs"], ex["loss_fn"], targets=ex["targets"])
-    big = single_accelerator(2**40)
-    cluster = single_accelerator(int(simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"] * 0.2))
-    schedule = solve(graph, cluster, "metf")
     on = {}
     run_op = Replayer._run_op
 
