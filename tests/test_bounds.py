@@ -227,6 +227,24 @@ def test_the_chain_grown_from_the_best_moment_by_the_tight_ones_reaches_the_coup
     assert grown["floor"] == pytest.approx(13.0) and len(grown["at"]) > 1
 
 
+def test_the_chain_grown_is_solved_to_its_optimum_where_the_seconds_per_programme_stopped_it_short(monkeypatch):
+    # every programme the growth runs stops short (its dual bound 1% under the optimum, unsolved): the chain it
+    # ends with runs again, to the 13 s every schedule takes, which no programme of the growth showed
+    g = coupled_graph()
+    spec = make_spec(g, one_gpu(7), swap=False)
+    monkeypatch.setattr(bounds, "_MOMENTS", 1)
+    solve = bounds._solve
+
+    def short(*a, solved=False, **k):
+        v = solve(*a, **k)
+        return (0.99 * v, False) if solved else v
+
+    monkeypatch.setattr(bounds, "_solve", short)
+    grown = lower_bounds(spec, target=20.0, blocking=lambda: [], blocking_seconds=5.0,
+                         tight=lambda: list(range(spec.n)))
+    assert grown["floor"] == pytest.approx(13.0) and len(grown["at"]) > 1
+
+
 def test_tight_moments_take_a_drop_from_the_value_s_last_reader_wherever_the_list_puts_it():
     # f2 (read by the loss only) dropped right after the loss or at the end of the list: the simulator releases
     # it after the loss either way, so the least memory to spare is at the loss (12 of 20 bytes held... 8), then g2
