@@ -505,12 +505,11 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
             waiting = threading.Thread(target=wait, args=(runs,), daemon=True)
             waiting.start()
             _join(waiting, stop)        # a Ctrl-C sets `stop`: the programmes running stop at once
-            vals = [f.result()[0] for f in runs]
-            if not vals or max(vals) <= best * (1 + 1e-9):
+            vals = [f.result() for f in runs]
+            if not vals or max(vals)[0] <= best * (1 + 1e-9):
                 break
-            y = tried[int(np.argmax(vals))]
-            best, chain = max(vals), tuple(sorted((*chain, y), key=rank.__getitem__))
-            solved = runs[int(np.argmax(vals))].result()[1]
+            i = max(range(len(vals)), key=lambda i: vals[i][0])
+            (best, solved), chain = vals[i], tuple(sorted((*chain, tried[i]), key=rank.__getitem__))
     left = seconds + finish - (time.perf_counter() - t0)
     if chain != start[1] and not solved and best < reach and left > 0 and not stop.is_set():
         problem = _coupled(spec, d, list(chain), needed, dst, anc, single)[0]
