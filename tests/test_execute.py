@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import gc
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -296,6 +296,25 @@ def test_a_value_the_host_makes_for_a_gpu_is_made_into_a_pinned_buffer_on_the_th
         _check_step(replay, ex)
     assert sorted(taken) == sorted(("optsched-compute host" if (x.node, x.device) in replay.threaded
                                     else "MainThread", None) for x in made)
+
+
+def test_a_freed_pinned_buffer_that_queued_work_still_reads_stays_in_the_pool(monkeypatch):
+    """A buffer from the pool is never one that a thread's work still has to read: on a GPU the host's thread, behind
+    the main thread, took a freed buffer whose reader was a host compute queued behind its own, and waited for it
+    forever. Such a buffer stays in the pool and a new one is made; once its reader is done, it is taken again."""
+    ex, step, graph, cluster, schedule = _host_computes_case("mlp", "cpu")
+    empty_strided = torch.empty_strided
+    monkeypatch.setattr(torch, "empty_strided", lambda *a, pin_memory=False, **k: empty_strided(*a, **k))
+    with Replayer(ex["model"], step, graph, cluster, schedule, host_thread=True) as replay:
+        src, buf, queued = torch.ones(4, 3), torch.zeros(4, 3), Future()
+        replay._pool(buf, [None, queued])
+        with ThreadPoolExecutor(1) as host:
+            try:
+                got = host.submit(replay._pinned_like, src, None).result(timeout=10)
+            finally:
+                queued.set_result(None)
+        assert got is not buf and got.shape == src.shape and got.stride() == src.stride()
+        assert replay._pinned_like(src, None) is buf
 
 
 @pytest.mark.cuda

@@ -739,11 +739,14 @@ class Replayer:
 
     def _pinned_like(self, src: torch.Tensor, stream) -> torch.Tensor:
         """A pinned host buffer for a copy from CUDA on `stream`, or (stream None) for a host-made value
-        (`_staged`): a freed one of src's layout (the stream waits for the copies that filled and read it; a CPU
-        copy's Future, and every wait without a stream, is waited for here), else a new one."""
+        (`_staged`): a freed one of src's layout (the stream waits for the copies that filled and read it; every
+        wait without a stream is waited for here), else a new one. A freed buffer that a thread's work (the host's
+        computes, a CPU copy) still has to read stays in the pool: the host's thread would wait for work queued
+        behind its own, and the main thread would stop issuing the GPU's work until the host caught up."""
         with self.pinned_lock:
-            pool = self.pinned.get((tuple(src.shape), src.stride(), src.dtype))
-            t, waits = pool.pop() if pool else (None, ())
+            pool = self.pinned.get((tuple(src.shape), src.stride(), src.dtype), [])
+            free = [i for i, (_, waits) in enumerate(pool) if all(w.done() for w in waits if isinstance(w, Future))]
+            t, waits = pool.pop(free[-1]) if free else (None, ())
         if t is not None:
             for ev in waits:
                 if stream is not None and isinstance(ev, torch.cuda.Event):
