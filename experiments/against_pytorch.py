@@ -61,14 +61,16 @@ step times are wall times to the end of the GPU's work. There optsched's gradien
 gpt2 (within 2e-7 on the transformer), while torch.compile's differ by up to 4e-3; but at a 50% target the replay's
 measured peak is above the budget (gpt2 +18%, mlp +60%; the ledger keeps to it), and there the op-by-op replay takes
 1.35-2.93x eager's step time where torch.compile at its nearest budget takes 0.83-1.02x. On an H100 after the
-replay called the host less per op (against_pytorch_cuda_h100.csv, at 0b7ec8a; the transformer only, as the run was
-cut at 120 s in GPT-2): the MILP's schedule at torch.compile's 50%-budget peak (0.80 of eager's) takes 1.32x eager's
-step (1.73x on the H200 before), torch.compile 0.99x; at 50% of eager's peak, 1.53x (2.04x before).
+replay called the host less per op (against_pytorch_cuda_h100.csv, at 4db1bea, the command in its first line): the
+transformer's MILP schedule at torch.compile's 50%-budget peak (0.80 of eager's) takes 1.27x eager's step (1.73x on
+the H200 before), torch.compile 0.99x; at 50% of eager's peak, 1.45x (2.04x before). The mlp at a 50% target holds
+0.70 of eager's peak at 1.60x (torch.compile: 0.87 at every budget); GPT-2 0.53 at 2.68x, torch.compile 0.55 at
+0.81x.
 
     .venv/bin/python experiments/against_pytorch.py          # writes experiments/results/against_pytorch_cpu.csv, .png
     .venv/bin/python experiments/against_pytorch.py --quick  # mlp only, small, into the temp directory
-    python experiments/against_pytorch.py --cuda --models gpt2,transformer,mlp --budgets 1.0,0.5,0.0 \
-        --fractions 0.5 --solvers heuristic,milp --time-limit 5 --steps 5   # against_pytorch_cuda.csv
+    python experiments/against_pytorch.py --cuda --models transformer,mlp,gpt2 --budgets 1.0,0.5,0.0 \
+        --fractions 0.5 --solvers heuristic,milp --time-limit 5 --steps 5 -o .../against_pytorch_cuda_h100.csv
 """
 
 from __future__ import annotations

@@ -32,10 +32,12 @@ step within 15% of the prediction in 15 (median 14.1%; 21 at c62dd5e) and of the
 step in 19 (median 3.6%): the transformer's op costs were measured in a slower minute than its steps ran, and three
 mlp schedules with host computes take 2.3-4.5x their prediction, as the copies of host-made values to the GPU come
 from pageable memory and block the thread that issues them (torch.profiler: 38 ms a step of cudaMemcpyAsync on the
-host, the held mlp at 50% by MILP). Moved (27), the allocator is within 10% in 21 and at most the budget in 12, as
-the model still holds what a schedule swaps out; the step is within 15% in 17 (median 10.3%) and within 15% of the
-predicted ratio to keep-everything's step in 21. Capped, 7 held steps fit (10 of 25 at c62dd5e with
-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, execute_cuda_hold_expandable.csv): the caching allocator's blocks
+host, the held mlp at 50% by MILP). With those values made into pinned buffers (execute_cuda_hold_mlp.csv, --hold
+--models mlp at 944c10f) the mlp at 50% takes 63.6 ms by the heuristic and 59.9 by MILP against 38.5 predicted (95.8
+and 87.7 before); its 100% and 70% rows are within 11%. Moved (27), the allocator is within 10% in 21 and at most
+the budget in 12, as the model still holds what a schedule swaps out; the step is within 15% in 17 (median 10.3%)
+and within 15% of the predicted ratio to keep-everything's step in 21. Capped, 7 held steps fit (10 of 25 at c62dd5e
+with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, execute_cuda_hold_expandable.csv): the caching allocator's blocks
 leave gaps it cannot use under the cap, so on a GPU give the budget that margin. The worst moved row is the mlp at
 70% by MILP: 62 copies, 15.8 ms predicted, 31.5 ms measured. The allocator's excess when moved
 grows with the copies: a schedule may swap a parameter or an input out of the accelerator, which the ledger then
