@@ -751,7 +751,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fake", action="store_true",
                    help="build the model under FakeTensorMode: shapes only, no weights in memory")
     p.add_argument("--profile", action="store_true",
-                   help="measure each operation on this machine instead of the roofline model")
+                   help="measure each operation's time and scratch memory on this machine instead of the roofline "
+                        "model")
     p.add_argument("--optimizer", choices=["sgd", "adam"], help="add the parameter update to the graph")
     p.add_argument("--cuda-preset", default="h100", help="roofline rates for the cuda cost: h100 (default) or a100")
     p.add_argument("-o", "--output", required=True, help="write the graph here")

@@ -35,3 +35,14 @@ def pytest_runtest_protocol(item, nextitem):
         yield
     finally:
         torch.cuda.is_available = real
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread, as the executor runs on the CPU; several fight for the cores when the machine is busy."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -169,11 +169,30 @@ def test_every_storage_counted_once():
 
 
 @pytest.mark.parametrize("name", list(BUILTIN))
-def test_keep_everything_peak_matches_eager(name):
-    """The simulated keep-everything peak is within 10% of what one eager step allocates on the CPU."""
+def test_keep_everything_peak_matches_eager(name, one_thread):
+    """The simulated keep-everything peak is within 10% of what one eager step allocates on the CPU, with one torch
+    thread as the executor runs there: a plain capture measures nothing, so it misses the scratch inside ops, and
+    convolution backward's grows with the threads (the cnn's peak 15% under eager's at 16)."""
     ex, g = builtin(name)
     eager = eager_peak(ex["model"], ex["inputs"], ex["targets"], ex["loss_fn"])
     assert keep_everything_peak(g) == pytest.approx(eager, rel=0.10)
+
+
+@pytest.mark.parametrize("threads", [1, 16])
+def test_a_profile_on_the_cpu_measures_the_scratch_so_the_cnns_peak_is_eagers(threads):
+    """`profile=True` on the CPU adds each op's scratch there (convolution backward's buffers, more with more torch
+    threads) to its workspace: the cnn's keep-everything peak is then eager's, at 1 and at 16 threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)
+        ex = BUILTIN["cnn"]()
+        g = capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"], profile=True)
+        eager = eager_peak(ex["model"], ex["inputs"], ex["targets"], ex["loss_fn"])
+    finally:
+        torch.set_num_threads(before)
+    assert any("convolution_backward" in op for op in g.meta["capture"]["scratch_bytes"])
+    assert keep_everything_peak(g) == pytest.approx(eager, rel=0.01)
 
 
 @pytest.mark.parametrize("optimizer, states", [("sgd", 0), ("adam", 2)])
@@ -255,28 +274,25 @@ def test_profile_measures_cpu():
     assert all(p.cost["cuda"] == r.cost["cuda"] for r, p in ops)  # no GPU here: the roofline stays
 
 
-def test_profile_on_a_gpu_adds_each_ops_scratch_to_its_nodes_workspace(monkeypatch, tmp_path):
-    """The GPU's measurement stood in for: an op the profile finds scratch in (here every matmul, and the layer
-    norms, whose node is their primary output) holds it as workspace, the meta names it, and a file keeps it; on
-    the CPU nothing is measured, as the workspace of a plain capture shows."""
+def test_a_profile_adds_each_ops_scratch_to_its_nodes_workspace(monkeypatch, tmp_path):
+    """The measurement stood in for: an op the profile finds scratch in (here every matmul, and the layer norms,
+    whose node is their primary output) holds it as workspace, the meta names it, and a file keeps it."""
     import optsched.capture.cost as C
 
     torch.manual_seed(0)
     ex = BUILTIN["transformer"]()
     args = (ex["model"], ex["inputs"], ex["loss_fn"])
     plain = capture(*args, targets=ex["targets"])
-    assert [n.workspace for n in capture(*args, targets=ex["targets"], profile=True).nodes] == \
-        [n.workspace for n in plain.nodes]
     taken = {"aten.mm.default": 4096, "aten.native_layer_norm.default": 1000}
 
     def stood_in(call, device):
-        out = call()
-        return out, taken.get(str(getattr(stood_in.target, "target", "")), 0)
+        call()
+        return taken.get(str(getattr(stood_in.target, "target", "")), 0)
 
     real_profiled = C.profiled
 
     def profiled(base, device, runs=5):
-        cost_of, failed, scratch = real_profiled(base, device, runs, scratch=True)
+        cost_of, failed, scratch = real_profiled(base, device, runs)
 
         def spy(n, **kw):
             stood_in.target = n
@@ -284,7 +300,7 @@ def test_profile_on_a_gpu_adds_each_ops_scratch_to_its_nodes_workspace(monkeypat
 
         return spy, failed, scratch
 
-    monkeypatch.setattr(C, "run_op", stood_in)
+    monkeypatch.setattr(C, "scratch_of", stood_in)
     monkeypatch.setattr(importlib.import_module("optsched.capture"), "profiled", profiled)
     g = capture(*args, targets=ex["targets"], profile=True)
     step, _ = capture_step(*args, targets=ex["targets"])

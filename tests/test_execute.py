@@ -522,15 +522,6 @@ def test_keep_freed_cpu_memory():
     assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 1024
 
 
-@pytest.fixture
-def one_thread():
-    """One torch thread, as the executor runs on the CPU; several fight for the cores when the machine is busy."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_measured_costs_predict_the_replay(mlp_case, one_thread):
     """Wiring, not a benchmark: with the CPU as the only device, the keep-everything prediction from measured costs
     is within 3x of the fastest of several replayed steps (the fastest: the least disturbed by other processes)."""

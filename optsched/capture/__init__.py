@@ -67,7 +67,7 @@ def capture_step(model, example_inputs, loss_fn: Callable | None = None, *, targ
     info["parameters"] = sum(p.numel() for p in model.parameters())
     if failed:
         info["profile_failed"] = failed
-    if scratch:     # a GPU's: each op's joins the workspace of its node (a multi-output op's, its primary's)
+    if scratch:     # each op's joins the workspace of its node (a multi-output op's, its primary's)
         info["scratch_bytes"] = dict(sorted(scratch.items()))
         primary = fold(step).primary
         graph = with_scratch(graph, {primary.get(op, op): b for op, b in scratch.items()})
