@@ -179,9 +179,10 @@ def test_keep_everything_peak_matches_eager(name, one_thread):
 
 
 @pytest.mark.parametrize("threads", [1, 16])
-def test_a_profile_on_the_cpu_measures_the_scratch_so_the_cnns_peak_is_eagers(threads):
+def test_a_profile_on_the_cpu_measures_the_scratch_so_the_cnns_peak_is_eagers(threads, capfd):
     """`profile=True` on the CPU adds each op's scratch there (convolution backward's buffers, more with more torch
-    threads) to its workspace: the cnn's keep-everything peak is then eager's, at 1 and at 16 threads."""
+    threads) to its workspace: the cnn's keep-everything peak is then eager's, at 1 and at 16 threads. The
+    profiler's start and stop lines, one pair per op, stay off the terminal."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -193,6 +194,7 @@ def test_a_profile_on_the_cpu_measures_the_scratch_so_the_cnns_peak_is_eagers(th
         torch.set_num_threads(before)
     assert any("convolution_backward" in op for op in g.meta["capture"]["scratch_bytes"])
     assert keep_everything_peak(g) == pytest.approx(eager, rel=0.01)
+    assert "profiler_st" not in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("optimizer, states", [("sgd", 0), ("adam", 2)])

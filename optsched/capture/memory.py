@@ -11,6 +11,10 @@ be None at the start (gradients are allocated by the step).
 
 from __future__ import annotations
 
+import os
+import sys
+from contextlib import contextmanager
+
 import torch
 
 from .trace import _as_tuple, _WithLoss
@@ -45,8 +49,14 @@ def cpu_allocation_levels(fn) -> tuple[int, int]:
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():
+        prof.__enter__()
+    try:
         fn()
+    finally:
+        with _quiet_stderr():
+            prof.__exit__(None, None, None)
     events = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
@@ -59,6 +69,22 @@ def cpu_allocation_levels(fn) -> tuple[int, int]:
     events.sort()
     start = events[0][2] - events[0][1]
     return max(total for _, _, total in events) - start, events[-1][2] - start
+
+
+@contextmanager
+def _quiet_stderr():
+    """The process's stderr (fd 2) to /dev/null meanwhile: the profiler's library writes a line there each time it
+    starts and stops ("USDT: ... profiler_start"), which a capture measuring each op's scratch would print hundreds
+    of times."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def eager_peak(model: torch.nn.Module, inputs, targets=None, loss_fn=None) -> int:
