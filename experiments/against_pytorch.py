@@ -11,23 +11,23 @@ which to recompute there. For each built-in model this runs
 - optsched: the step captured with profiled op costs, solved for the accelerator "gpu0" with each measured PyTorch
   peak as its budget (and at 50% of the eager peak, the headline), and replayed op by op (`optsched.execute`).
 
-Memory is accounted the same way on both sides, so "matched" means the same bytes: the storages the step starts
-with (parameters, buffers, inputs, targets; `capture.memory._resident`) plus the CPU allocator's peak above its
-level at the start while the step runs (`capture.memory.cpu_allocation_peak`), `.grad` None at the start. That is
-`eager_peak`, and for a replay `StepStats.allocator_peak["cpu"]`. The graph counts the same storages (parameters,
-inputs, activations, gradients), so a budget of B bytes on "gpu0" bounds the replay's ledger `StepStats.peak["gpu0"]`
-by B. The ledger is not the whole process here: on a CPU the "host" is the same RAM, so a tensor swapped to it is
-still counted by the allocator (allocator peak = gpu0 ledger + host copies + scratch inside ops, which the graph
-does not model). So the CSV has `peak_bytes` (the allocator: the whole step), `ledger_gpu0_bytes` and
-`device_peak_bytes`, the budgeted device's measured peak that the figure plots: the allocator's for PyTorch and for
-a schedule that swaps nothing (all on one memory, as PyTorch), for one that swaps the gpu0 ledger with the model's
-tensors that it does not count (`StepStats.peak_with_model_tensors`: the model holds a weight the schedule swaps
-out; on a GPU machine the host copies would be in host RAM; op scratch is left out). Before, the swapping rows
-plotted the gpu0 ledger alone, below what gpu0 held wherever a weight was swapped out (mlp at a 50% target: 4.47 MB
-then against 7.10 MB now, MILP; transformer 5.15 MB against 6.51 MB; gpt2 12.93 MB against 14.24 MB).
+Memory is accounted the same way on both sides, so "matched" means the same bytes: the storages the step starts with
+(parameters, buffers, inputs, targets; `capture.memory._resident`) plus the CPU allocator's peak above its level at the
+start while the step runs (`capture.memory.cpu_allocation_peak`), `.grad` None at the start. That is `eager_peak`, and
+for a replay `StepStats.allocator_peak["cpu"]`. The graph counts the same storages (parameters, inputs, activations,
+gradients), so a budget of B bytes on "gpu0" bounds the replay's ledger `StepStats.peak["gpu0"]` by B. The ledger is not
+the whole process here: on a CPU the "host" is the same RAM, so a tensor swapped to it is still counted by the allocator
+(allocator peak = gpu0 ledger + host copies + scratch inside ops, which the profile measures into each op's workspace
+and the ledger of storages does not count). So the CSV has `peak_bytes` (the allocator: the whole step),
+`ledger_gpu0_bytes` and `device_peak_bytes`, the budgeted device's measured peak that the figure plots: the allocator's
+for PyTorch and for a schedule that swaps nothing (all on one memory, as PyTorch), for one that swaps the gpu0 ledger
+with the model's tensors that it does not count (`StepStats.peak_with_model_tensors`: the model holds a weight the
+schedule swaps out; on a GPU machine the host copies would be in host RAM; op scratch is left out). Before, the swapping
+rows plotted the gpu0 ledger alone, below what gpu0 held wherever a weight was swapped out (at 5176a4d, mlp at a 50%
+target by MILP: 4.47 MB against 7.10 MB with them; transformer 5.15 MB against 6.51 MB; gpt2 12.93 MB against 14.24 MB).
 `milp/recompute-only` never swaps: it is the like-for-like counterpart of the knapsack. Only the accelerator computes
-(the graph's costs name `cuda` alone), since both devices are the same cores here; op costs are profiled on this CPU
-and the link is this CPU's copy bandwidth.
+(the graph's costs name `cuda` alone), since both devices are the same cores here; op costs are profiled on this CPU and
+the link is this CPU's copy bandwidth.
 
 Step time, one thread on both sides: every step of a model (eager, each compiled budget, each schedule) is built
 first and then all are timed in turns, one step of each per round for --steps rounds after a warm-up round, so a
@@ -48,11 +48,13 @@ What the measurements show (experiments/results/against_pytorch_cpu.csv):
 - torch.compile at budget 1 is already below eager (fused pointwise chains are never materialised, the min-cut
   recomputes cheap ones); optsched schedules the unfused ATen graph, whose keep-everything peak is eager's or
   more, so at the same bytes it has more to drop.
-- Scratch memory inside ops (convolution and matmul backward) is not in the graph, so a schedule that fits the
-  matched budget in the graph can exceed it measured (the cnn's, without swapping: up to 9%).
+- The profile measures the scratch inside each op (convolution and matmul backward) into its workspace, so a
+  schedule that swaps nothing and fits the matched budget in the graph fits it measured: every recompute-only row
+  but one is under its budget (gpt2 at 50% of eager: 248 bytes over), every cnn row at least 2.8% under (up to
+  9.3% over before the CPU's scratch was measured, at 5176a4d).
 - A swapping schedule's gpu0 peak with the weights it swaps out still held by the model is well above its budget
-  (mlp at a 50% target: 7.10 MB, 73% of eager's peak); `cluster.hold_sources` is the problem that makes room.
-- The recompute-only MILP proves its schedules within 9% in 30 s (gpt2, 236 nodes; the others within 5%).
+  (mlp at a 50% target: 6.85 MB, 70% of eager's peak); `cluster.hold_sources` is the problem that makes room.
+- The recompute-only MILP proves its schedules within 1.9% in 30 s (gpt2, 236 nodes; the others within 0.3%).
 
 On a GPU (--cuda; experiments/results/against_pytorch_cuda.csv, an H200 with torch 2.11): models at
 `machine.GPU_SIZES`, op costs measured in the keep-everything replay with CUDA events, the link that of cuda:0 to
