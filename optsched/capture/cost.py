@@ -145,13 +145,11 @@ def _materialize(v, device):
     return t
 
 
-def profiled(base: Callable, device: str, runs: int = 5,
-             scratch: bool = True) -> tuple[Callable, list[str], dict[str, int]]:
+def profiled(base: Callable, device: str, runs: int = 5) -> tuple[Callable, list[str], dict[str, int]]:
     """A `cost_of` that measures each op on `device` for that device's kind and keeps `base` for the others.
 
     Returns it, the list of ops that could not run on random inputs (they keep the roofline figure), and the
-    scratch of each op that has some (FX op name -> bytes: `scratch_of`; measured where `scratch`), filled as
-    `cost_of` runs.
+    scratch of each op that has some (FX op name -> bytes: `scratch_of`), filled as `cost_of` runs.
     """
     dev = torch.device(device)
     kind = "cuda" if dev.type == "cuda" else "cpu"
@@ -169,7 +167,7 @@ def profiled(base: Callable, device: str, runs: int = 5,
             kwargs = torch.fx.node.map_arg(n.kwargs, to_real)
             with torch.no_grad():
                 cost[kind] = _median_time(lambda: n.target(*args, **kwargs), runs, sync=sync)
-                if scratch and (extra := scratch_of(lambda: n.target(*args, **kwargs), dev)):
+                if extra := scratch_of(lambda: n.target(*args, **kwargs), dev):
                     took[n.name] = extra
         except Exception:  # noqa: BLE001 - e.g. an index op whose random indices are out of range
             failed.append(n.name)
