@@ -5,6 +5,7 @@ runs."""
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
 
 import pytest
@@ -46,3 +47,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def ctrl_c():
+    """Python's own handler for SIGINT while the test runs, so Ctrl-C (a SIGINT, `_thread.interrupt_main`) raises
+    KeyboardInterrupt: a process a shell starts in the background without job control inherits SIGINT ignored, and
+    Python then installs no handler, so the tests of what Ctrl-C does would see nothing happen."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)

@@ -873,7 +873,7 @@ def test_a_cutoff_proves_only_whether_the_optimum_reaches_it():
     assert bounds._solve(infeasible, True, 5.0, cutoff=3.0) == pytest.approx(3.0)
 
 
-def test_a_ctrl_c_during_the_orders_ends_them_with_the_bound_so_far(monkeypatch):
+def test_a_ctrl_c_during_the_orders_ends_them_with_the_bound_so_far(monkeypatch, ctrl_c):
     # the orders' programmes (made to run until stopped) are running when Ctrl-C comes: it sets `stop`, they end
     # at once, and the bound is what the moments proved before them
     import _thread

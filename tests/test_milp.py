@@ -570,7 +570,7 @@ def test_pulp_run_without_an_integer_solution_keeps_the_warm_start(monkeypatch):
 
 
 @pytest.mark.parametrize("how", ["time_limit", "interrupted"])
-def test_pulp_solver_process_that_overruns_or_is_interrupted_is_stopped(monkeypatch, how):
+def test_pulp_solver_process_that_overruns_or_is_interrupted_is_stopped(monkeypatch, how, ctrl_c):
     # CBC checks its own time limit only between phases (gnmt at 60% with 2 devices: over 300 s on a 20 s limit):
     # a solver process still running past the limit, or at Ctrl-C, is killed, and the warm start returned
     import _thread
@@ -647,7 +647,7 @@ def _raise():
 
 
 @pytest.mark.parametrize("how", ["callback-raises", "sigint"])
-def test_ctrl_c_returns_best_schedule_so_far(how):
+def test_ctrl_c_returns_best_schedule_so_far(how, ctrl_c):
     g, cl = _interrupt_case()
     action = _raise if how == "callback-raises" else (lambda: os.kill(os.getpid(), signal.SIGINT))
     t = time.perf_counter()
