@@ -533,7 +533,7 @@ def cmd_capture(args) -> int:
     info.update(capture_s=seconds, parameters=cap["parameters"], cost=cap["cost"], cuda_model=cap["cuda_model"],
                 parameter_bytes=sum(n.bytes for n in g.nodes if n.id in cap["params"]),
                 keep_everything=_baseline(g, "keep-everything"), profile_failed=cap.get("profile_failed", []),
-                output=args.output)
+                scratch_bytes=cap.get("scratch_bytes", {}), output=args.output)
     if args.json:
         _emit(args, info)
         return 0
@@ -546,6 +546,9 @@ def cmd_capture(args) -> int:
           + ", ".join(f"{k} {format_time(v)}" for k, v in info["total_compute_s"].items()))
     if info["profile_failed"]:
         print(f"               {len(info['profile_failed'])} operations could not be profiled (roofline kept)")
+    if scratch := info["scratch_bytes"]:
+        print(f"scratch        {len(scratch)} operations, up to {format_size(max(scratch.values()))} each "
+              f"(measured while they run; held as their workspace)")
     print(f"lower bound    {format_size(info['memory_lower_bound'])} (operation {info['largest_operation']!r})")
     print("peak memory    " + (f"{format_size(ke['peak_bytes'])} keeping everything (step time "
                                 f"{format_time(ke['step_time_s'])} on {ke['device']})" if "peak_bytes" in ke

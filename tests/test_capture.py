@@ -414,6 +414,17 @@ def test_cli_capture_then_solve(capsys, tmp_path):
     assert "step time" in text
 
 
+def test_cli_capture_profile_names_the_scratch_it_measured(capsys, tmp_path):
+    out = tmp_path / "cnn.json"
+    code, text, err = run(capsys, "capture", "cnn", "--profile", "-o", out)
+    assert code == 0, err
+    scratch = load_graph(out).meta["capture"]["scratch_bytes"]
+    assert scratch and f"scratch        {len(scratch)} operations" in text
+    code, text, err = run(capsys, "capture", "cnn", "--profile", "-o", out, "--json")
+    assert code == 0, err
+    assert json.loads(text)["scratch_bytes"] == load_graph(out).meta["capture"]["scratch_bytes"]
+
+
 def test_cli_capture_factory_file(capsys, tmp_path):
     (tmp_path / "mymodel.py").write_text(
         "import torch\nfrom torch import nn\n\n"
