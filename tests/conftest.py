@@ -39,12 +39,13 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 @pytest.fixture
-def one_thread():
-    """One torch thread, as the executor runs on the CPU; several fight for the cores when the machine is busy."""
+def torch_threads(request):
+    """torch's threads while the test runs: one, as the executor runs on the CPU (several fight for the cores when the
+    machine is busy), or the count a test gives it (`indirect` parametrization)."""
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(getattr(request, "param", 1))
     yield
     torch.set_num_threads(threads)
 

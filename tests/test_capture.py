@@ -169,7 +169,7 @@ def test_every_storage_counted_once():
 
 
 @pytest.mark.parametrize("name", list(BUILTIN))
-def test_keep_everything_peak_matches_eager(name, one_thread):
+def test_keep_everything_peak_matches_eager(name, torch_threads):
     """The simulated keep-everything peak is within 10% of what one eager step allocates on the CPU, with one torch
     thread as the executor runs there: a plain capture measures nothing, so it misses the scratch inside ops, and
     convolution backward's grows with the threads (the cnn's peak 15% under eager's at 16)."""
@@ -178,20 +178,15 @@ def test_keep_everything_peak_matches_eager(name, one_thread):
     assert keep_everything_peak(g) == pytest.approx(eager, rel=0.10)
 
 
-@pytest.mark.parametrize("threads", [1, 16])
-def test_a_profile_on_the_cpu_measures_the_scratch_so_the_cnns_peak_is_eagers(threads, capfd):
+@pytest.mark.parametrize("torch_threads", [1, 16], indirect=True)
+def test_a_profile_on_the_cpu_measures_the_scratch_so_the_cnns_peak_is_eagers(torch_threads, capfd):
     """`profile=True` on the CPU adds each op's scratch there (convolution backward's buffers, more with more torch
     threads) to its workspace: the cnn's keep-everything peak is then eager's, at 1 and at 16 threads. The
     profiler's start and stop lines, one pair per op, stay off the terminal."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        torch.manual_seed(0)
-        ex = BUILTIN["cnn"]()
-        g = capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"], profile=True)
-        eager = eager_peak(ex["model"], ex["inputs"], ex["targets"], ex["loss_fn"])
-    finally:
-        torch.set_num_threads(before)
+    torch.manual_seed(0)
+    ex = BUILTIN["cnn"]()
+    g = capture(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"], profile=True)
+    eager = eager_peak(ex["model"], ex["inputs"], ex["targets"], ex["loss_fn"])
     assert any("convolution_backward" in op for op in g.meta["capture"]["scratch_bytes"])
     assert keep_everything_peak(g) == pytest.approx(eager, rel=0.01)
     assert "profiler_st" not in capfd.readouterr().err

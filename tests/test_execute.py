@@ -522,7 +522,7 @@ def test_keep_freed_cpu_memory():
     assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 1024
 
 
-def test_measured_costs_predict_the_replay(mlp_case, one_thread):
+def test_measured_costs_predict_the_replay(mlp_case, torch_threads):
     """Wiring, not a benchmark: with the CPU as the only device, the keep-everything prediction from measured costs
     is within 3x of the fastest of several replayed steps (the fastest: the least disturbed by other processes)."""
     ex, step, graph = mlp_case

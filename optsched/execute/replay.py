@@ -745,8 +745,9 @@ class Replayer:
         behind its own, and the main thread would stop issuing the GPU's work until the host caught up."""
         with self.pinned_lock:
             pool = self.pinned.get((tuple(src.shape), src.stride(), src.dtype), [])
-            free = [i for i, (_, waits) in enumerate(pool) if all(w.done() for w in waits if isinstance(w, Future))]
-            t, waits = pool.pop(free[-1]) if free else (None, ())
+            free = next((i for i in reversed(range(len(pool)))
+                         if all(w.done() for w in pool[i][1] if isinstance(w, Future))), None)
+            t, waits = pool.pop(free) if free is not None else (None, ())
         if t is not None:
             for ev in waits:
                 if stream is not None and isinstance(ev, torch.cuda.Event):
