@@ -18,7 +18,8 @@ from optsched.graph import Graph, Node, check_graph
 from optsched.schedule import Compute, Copy, Free, Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, chen_sqrt, keep_everything, solve
-from optsched.solvers.polish import _keep, _tighten, drop_unread_copies, keep_instead_of_recompute
+from optsched.solvers.milp_model import spec_for
+from optsched.solvers.polish import _keep, _tighten, drop_unread_copies, keep_instead_of_recompute, remade_outputs
 
 
 def test_unbounded_budget_removes_every_recomputation():
@@ -285,3 +286,64 @@ def test_the_planners_return_no_copy_that_could_go_unread(g, frac, solver):
     except InfeasibleError:
         return
     assert drop_unread_copies(g, c, s)[0] is s
+
+
+def _statistic_graph(chain: int = 0) -> Graph:
+    """x -> p (which also makes o, a statistic: `Node.output_of`) -> a (also reads q) -> b; g reads b, o, p and q.
+    `chain`: p reads x through y (20 bytes), and b through c1 ... c`chain` (1 byte each) reaches g."""
+    def node(i, ins, nbytes, cost=1.0, **kw):
+        return Node(i, "op", "forward", ins, {"cuda": cost}, nbytes, **kw)
+
+    u = "y" if chain else "x"
+    cs = [node(f"c{k}", (f"c{k - 1}" if k > 1 else "b",), 1) for k in range(1, chain + 1)]
+    return check_graph(Graph((node("x", (), 10, recomputable=False), *[node("y", ("x",), 20)] * bool(chain),
+                              node("p", (u,), 100), node("o", ("p", u), 50, 0.0, recomputable=False, output_of="p"),
+                              node("q", ("x",), 60, 5.0), node("a", ("p", "q"), 200), node("b", ("a",), 200), *cs,
+                              node("g", (cs[-1].id if cs else "b", "o", "p", "q"), 10, required=True)),
+                             name="statistic"))
+
+
+def _statistic_schedule(chain: int = 0) -> list:
+    # o made with p's first run and held through b; p and q (and y) dropped after a and computed again for g
+    c = [Compute(f"c{k}", "gpu0") for k in range(1, chain + 1)]
+    f = [Free(f"c{k - 1}" if k > 1 else "b", "gpu0") for k in range(1, chain + 1)]
+    y = ["y"] * bool(chain)
+    return [Compute(v, "gpu0") for v in ["x", *y, "p", "o", "q", "a"]] + [Free(v, "gpu0") for v in ["q", *y, "p"]] + [
+        Compute("b", "gpu0"), Free("a", "gpu0")] + [x for pair in zip(c, f, strict=True) for x in pair] + [
+        Compute(v, "gpu0") for v in [*y, "p", "q", "g"]]
+
+
+def test_an_other_output_is_made_by_its_makers_last_run_before_its_reader_so_a_kept_value_fits():
+    # Computed with p's first run, o is held through b, where keeping q (cost 5) would then overflow the 470 bytes
+    # (x, o, a, b and q: 520), and nothing else there can make room. Computed after p's second run, o is held from
+    # that run on (the simulator counts it so): 50 bytes less through b, and q is kept
+    g, cl, ins = _statistic_graph(), one_gpu(470), _statistic_schedule()
+    before = simulate(g, cl, Schedule(tuple(ins)))
+    assert before.valid and before.recomputed == 2 and before.peak["gpu0"] == 460
+    remade = remade_outputs(g, ins)
+    assert [x.node for x in remade if isinstance(x, Compute)] == list("xpqabpoqg")
+    assert simulate(g, cl, Schedule(tuple(remade))).peak["gpu0"] == 430      # at g now, 410 at b
+    out, r = keep_instead_of_recompute(g, cl, Schedule(tuple(ins)))
+    assert r.valid and r.recomputed == 1 and r.makespan == before.makespan - 5.0 and r.peak["gpu0"] <= 470
+    assert [x.node for x in out.instructions if isinstance(x, Compute)] == list("xpqabpog")
+    assert remade_outputs(g, remade, first=True) == ins       # back after p's first run
+
+
+def test_the_milp_stages_a_schedule_whose_other_output_a_later_run_of_its_maker_made_where_the_model_counts_it():
+    # the stage model counts o from p's first run: a schedule that computes o after p's last run is staged with o
+    # there, in Checkmate's window of 0 (it fits at 470 bytes, as the schedule it was remade from does). Staged as
+    # it is, o's inputs come from the later runs, and it was refused ("'o' is first computed 4 stages after its
+    # position"; lp-rounding's schedule for the 3-layer GPT-2 at 25%: 242)
+    import importlib
+
+    milp = importlib.import_module("optsched.solvers.milp")
+    g, cl = _statistic_graph(chain=9), one_gpu(470)
+    sched = Schedule(tuple(remade_outputs(g, _statistic_schedule(chain=9))))
+    assert simulate(g, cl, sched).valid
+
+    def spec_of(order, window, gaps=None):
+        return spec_for(g, cl, SolveOptions(swap=False), order=order, window=window, gaps=gaps)
+
+    objective, spec, decisions, why = milp._stage(g, spec_of, "remade", sched, None)
+    assert decisions is not None and spec.K == 0, why
+    assert objective == simulate(g, cl, sched).makespan

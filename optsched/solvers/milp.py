@@ -186,7 +186,7 @@ from .milp_model import (
 )
 from .nofit import no_room, unplaceable
 from .options import SolveOptions
-from .polish import drop_unread_copies, keep_instead_of_recompute
+from .polish import drop_unread_copies, keep_instead_of_recompute, remade_outputs
 
 
 class MilpBug(RuntimeError):
@@ -244,12 +244,13 @@ def _roundings(graph, cluster, options, share, base, beside=None) -> list:
     def named(name, s):
         return [] if s is None else [(name, s, simulate(graph, cluster, s))]
 
+    stageable = {"remake": False}      # its polish keeps an op's other outputs where the stage model counts them
     if beside is None or (os.cpu_count() or 1) < 2:
-        return named("lp-rounding", _candidate(graph, cluster, options, rounding.lp_rounding, share))
+        return named("lp-rounding", _candidate(graph, cluster, options, rounding.lp_rounding, share, stageable))
     with ThreadPoolExecutor(1) as pool:
-        lp = pool.submit(_candidate, graph, cluster, options, rounding.lp_rounding, share, {"seeds": 0})
+        lp = pool.submit(_candidate, graph, cluster, options, rounding.lp_rounding, share, {**stageable, "seeds": 0})
         plans = named("lp-rounding of the bound's plans",
-                      _candidate(graph, cluster, options, rounding.lp_rounding, share, {"lp": False}))
+                      _candidate(graph, cluster, options, rounding.lp_rounding, share, {**stageable, "lp": False}))
         beside(base + plans)
         return named("lp-rounding", lp.result()) + plans
 
@@ -309,7 +310,12 @@ def _stage(graph, spec_of, name, sched, window):
     into the stage of the node that needs them; where that stage would overflow the
     budget in the model's whole-stage count, they get gap stages of their own (memory
     counted one computation at a time there, as the simulator counts it). Gaps are
-    opened only where needed: every stage adds columns."""
+    opened only where needed: every stage adds columns. An op's other output is staged
+    right after the op's first run, where the model counts it, wherever the schedule
+    computes it (`polish.remade_outputs`)."""
+    canonical = remade_outputs(graph, list(sched.instructions), first=True)
+    if canonical is not None:       # the model counts an op's other outputs from its first run
+        sched = Schedule(tuple(canonical), sched.report, sched.graph)
     order = order_of(graph, sched)
     if order is None:
         return None, None, None, f"{name}: not every node is computed in topological order"

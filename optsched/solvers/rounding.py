@@ -33,7 +33,9 @@ under the real budget.
 
 `options.params`: thresholds (sequence of theta), budget_scales (sequence of LP budget factors), polish (bool,
 default true), seeds (how many of the bound's moments seed keep-sets, default 2; 0: none), lp (bool, default true;
-false: the seeded keep-sets only, which the MILP runs beside the LP's). The report's
+false: the seeded keep-sets only, which the MILP runs beside the LP's), remake (bool, default true: the polish
+computes an op's other outputs after its op's last run before their readers, `polish.remade_outputs`; the MILP
+sets it false, as its stage model counts them from the op's first run). The report's
 `extra["seed"]` says where the returned schedule came from ("lp", or "bound at NODE").
 """
 
@@ -292,7 +294,8 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     # polishing reorders them (bert at 40%: 3.08x as rounded, 1.63x polished; 2.21x repaired, 1.58x polished)
     done = []
     for sched, r0, repaired, scale, theta, lazy, seed in found:
-        sched, r = keep_instead_of_recompute(graph, cluster, sched, deadline=deadline) if polish else (sched, r0)
+        sched, r = (keep_instead_of_recompute(graph, cluster, sched, deadline=deadline, remake=p.get("remake", True))
+                    if polish else (sched, r0))
         done.append((sched, r, scale, theta, repaired, lazy, r0.recomputed, seed))
     sched, r, scale, theta, repaired, _, rounded, seed = min(done, key=lambda f: (f[1].makespan, f[5]))
     return Schedule(sched.instructions, SolveReport(
