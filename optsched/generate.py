@@ -31,7 +31,7 @@ def random_forward_dag(n: int, rng: np.random.Generator, *, max_inputs: int = 2,
 
 
 def training_graph(forward_inputs: list[list[int]], *, act_bytes, cost, param_bytes=None, cpu_slowdown: float = 10.0,
-                   input_grad: bool = False, name: str = "synthetic") -> Graph:
+                   input_grad: bool = False, stat_bytes=None, name: str = "synthetic") -> Graph:
     """Forward nodes f0..f{n-1} (inputs as from `random_forward_dag`, -1 is the
     data input), a loss on the last, and the autodiff backward pass.
 
@@ -39,6 +39,8 @@ def training_graph(forward_inputs: list[list[int]], *, act_bytes, cost, param_by
     its backward nodes cost twice as much. param_bytes[i] > 0 gives node i a
     parameter whose gradient is a required result; `input_grad` makes the
     gradients g{i} of the nodes that read the data input required results too.
+    stat_bytes[i] > 0 gives node i another output s{i} of that many bytes
+    (`Node.output_of`: a layer norm's statistics), which its gradient reads.
     As in autodiff, the backward pass holds only what a required result
     depends on (`drop_unneeded`).
     """
@@ -60,11 +62,16 @@ def training_graph(forward_inputs: list[list[int]], *, act_bytes, cost, param_by
             if j >= 0:
                 consumers[j].append(i)
         nodes.append(Node(f"f{i}", "op", "forward", tuple(names), c(cost[i]), int(act_bytes[i])))
+        if stat_bytes is not None and stat_bytes[i]:
+            nodes.append(Node(f"s{i}", "stat", "forward", (f"f{i}", *names), zero, int(stat_bytes[i]),
+                              recomputable=False, output_of=f"f{i}"))
     nodes.append(Node("loss", "loss", "loss", (f"f{n - 1}",), c(min(cost)), 4, required=True))
     consumers[n - 1].append(-1)
     for i in reversed(range(n)):
         grads = tuple("loss" if k < 0 else f"g{k}" for k in consumers[i])
         saved = tuple("x" if j < 0 else f"f{j}" for j in forward_inputs[i])
+        if stat_bytes is not None and stat_bytes[i]:
+            saved += (f"s{i}",)
         nodes.append(Node(f"g{i}", "grad", "backward", grads + saved, c(2 * cost[i]), int(act_bytes[i]),
                           required=input_grad and -1 in forward_inputs[i]))
         if param_bytes[i]:
@@ -74,18 +81,21 @@ def training_graph(forward_inputs: list[list[int]], *, act_bytes, cost, param_by
 
 
 def random_training_graph(n_forward: int, seed: int = 0, *, max_inputs: int = 2, window: int = 4,
-                          params: bool = True) -> Graph:
+                          params: bool = True, statistics: bool = False) -> Graph:
     """A random training graph with n_forward forward nodes, sizes 1-100 kB and
     costs 0.1-10 ms, reproducible from the seed. Without parameters, the
-    gradient of the data input is required (else no backward pass would be)."""
+    gradient of the data input is required (else no backward pass would be).
+    `statistics`: about half the forward nodes make a second output of 1-10 kB
+    that their gradient reads (`training_graph`'s stat_bytes)."""
     rng = np.random.default_rng(seed)
     ins = random_forward_dag(n_forward, rng, max_inputs=max_inputs, window=window)
     act = rng.integers(1, 101, size=n_forward) * 1000
     cost = rng.uniform(1e-4, 1e-2, size=n_forward)
     pb = (rng.integers(0, 51, size=n_forward) * 1000 * (rng.random(n_forward) < 0.5)) if params else None
+    sb = (rng.integers(1, 11, size=n_forward) * 1000 * (rng.random(n_forward) < 0.5)).tolist() if statistics else None
     return training_graph(ins, act_bytes=act.tolist(), cost=cost.tolist(),
                           param_bytes=None if pb is None else pb.tolist(), input_grad=pb is None or not pb.any(),
-                          name=f"random-{n_forward}-{seed}")
+                          stat_bytes=sb, name=f"random-{n_forward}-{seed}" + ("-stats" if statistics else ""))
 
 
 def chain_graph(n: int, *, act_bytes: int = 1_000_000, cost: float = 1e-3, name: str | None = None) -> Graph:

@@ -102,13 +102,14 @@ def training_graphs(draw, min_forward: int = 1, max_forward: int = 20, *, params
 
 
 @st.composite
-def seeded_training_graphs(draw, min_forward: int = 1, max_forward: int = 40):
+def seeded_training_graphs(draw, min_forward: int = 1, max_forward: int = 40, statistics: bool = False):
     """`optsched.generate.random_training_graph(n, seed, ...)` with drawn n,
-    seed, fan-in and window: the generator's own distributions."""
+    seed, fan-in and window: the generator's own distributions. `statistics`:
+    drawn too (ops with a second output, `Node.output_of`)."""
     n = draw(st.integers(min_forward, max_forward))
     seed = draw(st.integers(0, 2**31 - 1))
     return random_training_graph(n, seed, max_inputs=draw(st.integers(1, 3)), window=draw(st.integers(1, 6)),
-                                 params=draw(st.booleans()))
+                                 params=draw(st.booleans()), statistics=statistics and draw(st.booleans()))
 
 
 @st.composite

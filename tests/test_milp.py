@@ -45,9 +45,10 @@ BASELINES = [getattr(B, n) for n in ("keep_everything", "chen_sqrt", "chen_greed
 # ------------------------------------------------------------------ property: valid and no worse than baselines
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(nf=st.integers(2, 4), seed=st.integers(0, 10**6), frac=st.floats(0.3, 1.0), host=st.booleans())
-def test_milp_valid_and_no_worse_than_baselines(nf, seed, frac, host):
-    g = generate.random_training_graph(nf, seed)
+@given(nf=st.integers(2, 4), seed=st.integers(0, 10**6), frac=st.floats(0.3, 1.0), host=st.booleans(),
+       stats=st.booleans())
+def test_milp_valid_and_no_worse_than_baselines(nf, seed, frac, host, stats):
+    g = generate.random_training_graph(nf, seed, statistics=stats)     # stats: ops with a second output too
     lb, ke = memory_lower_bound(g), ke_peak(g)
     mem = lb + int(frac * (ke - lb))
     cl = single_accelerator(mem) if host else one_gpu(mem)

@@ -224,7 +224,7 @@ def test_tight_budget_stays_within_it():
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(g=seeded_training_graphs(2, 25), frac=st.floats(0.3, 1.0),
+@given(g=seeded_training_graphs(2, 25, statistics=True), frac=st.floats(0.3, 1.0),
        solver=st.sampled_from(["chen-sqrt", "dtr", "heuristic", "articulation"]))
 def test_never_invalid_never_slower(g, frac, solver):
     big = one_gpu(10**15)

@@ -38,9 +38,9 @@ from optsched.solvers.baselines import backward_phase
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SOME = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-any_graph = st.one_of(training_graphs(max_forward=15), seeded_training_graphs(max_forward=25),
+any_graph = st.one_of(training_graphs(max_forward=15), seeded_training_graphs(max_forward=25, statistics=True),
                       random_dags(max_nodes=20))
-with_backward = st.one_of(training_graphs(max_forward=15), seeded_training_graphs(max_forward=25),
+with_backward = st.one_of(training_graphs(max_forward=15), seeded_training_graphs(max_forward=25, statistics=True),
                           random_dags(max_nodes=20).filter(lambda g: any(n.kind in ("backward", "optimizer")
                                                                          for n in g.nodes)))
 
