@@ -117,6 +117,30 @@ def test_schedules_exercise_recompute_and_swap(captured):
     assert recomputed > 0 and swapped > 0
 
 
+def test_statistics_made_by_a_later_run_of_their_op_replay_like_eager(torch_threads):
+    """lp-rounding's schedule of the transformer at 70% computes some layer norms' statistics right after a
+    recomputation of their op (`polish.remade_outputs`), as the simulator counts them: the replay hands them over
+    from that run, its gradients are eager's and its ledger the prediction (as `test_gradients_equal_eager`)."""
+    from optsched.solvers.polish import remade_outputs
+
+    torch.manual_seed(0)
+    ex = BUILTIN["transformer"]()
+    step, graph = capture_step(ex["model"], ex["inputs"], ex["loss_fn"], targets=ex["targets"])
+    big = single_accelerator(2**40)
+    cluster = single_accelerator(int(simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"] * 0.7))
+    schedule = solve(graph, cluster, "lp-rounding", time_limit=20)
+    assert remade_outputs(graph, list(schedule.instructions), first=True) is not None    # some are made late
+    model = ex["model"]
+    model.zero_grad(set_to_none=True)
+    want_loss, want = _eager_grads(model, ex)
+    stats = Replayer(model, step, graph, cluster, schedule).run(ex["inputs"], ex["targets"])
+    assert stats.loss == want_loss.item()
+    for p, g in zip(model.parameters(), want, strict=True):
+        assert torch.equal(p.grad, g)
+    assert stats.peak["gpu0"] <= cluster.device("gpu0").memory
+    assert abs(stats.peak["gpu0"] - stats.predicted.peak["gpu0"]) <= 0.05 * stats.predicted.peak["gpu0"]
+
+
 def _cnn_schedule(solver: str, names_maker: bool = True):
     """The default cnn (seed 3), its step and graph (without `output_of` unless `names_maker`, as graph files from
     before it), a cluster too large to bind, `solver`'s instructions there, and a Replayer of them (for its maps of
