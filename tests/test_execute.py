@@ -61,6 +61,17 @@ def _eager_grads(model, ex):
     return loss.detach(), [p.grad for p in ref.parameters()]
 
 
+def _replay_like_eager(model, ex, step, graph, cluster, schedule, what: str = ""):
+    """The replay's stats, once its loss and gradients are asserted to be eager's, bit for bit."""
+    model.zero_grad(set_to_none=True)
+    want_loss, want = _eager_grads(model, ex)
+    stats = Replayer(model, step, graph, cluster, schedule).run(ex["inputs"], ex["targets"])
+    assert stats.loss == want_loss.item()
+    for p, g in zip(model.parameters(), want, strict=True):
+        assert torch.equal(p.grad, g), f"{what}: gradient differs"
+    return stats
+
+
 def _train(step_fn, model, ex, steps=3):
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     losses = []
@@ -89,13 +100,7 @@ def test_gradients_equal_eager(captured, solver, frac):
     model = ex["model"]
     cluster = single_accelerator(int(keep * frac))
     schedule = solve(graph, cluster, solver)
-    replay = Replayer(model, step, graph, cluster, schedule)
-    model.zero_grad(set_to_none=True)
-    want_loss, want = _eager_grads(model, ex)
-    stats = replay.run(ex["inputs"], ex["targets"])
-    assert stats.loss == want_loss.item()
-    for p, g in zip(model.parameters(), want, strict=True):
-        assert torch.equal(p.grad, g), f"{name}/{solver}: gradient differs"
+    stats = _replay_like_eager(model, ex, step, graph, cluster, schedule, f"{name}/{solver}")
     # the ledger of storages held never exceeds the budget nor the prediction, and matches it on the accelerator
     # (the host may hold less: the simulator releases a buffer when its copy ends in time, the CPU replay earlier)
     for d, peak in stats.peak.items():
@@ -130,13 +135,7 @@ def test_statistics_made_by_a_later_run_of_their_op_replay_like_eager(torch_thre
     cluster = single_accelerator(int(simulate(graph, big, solve(graph, big, "keep-everything")).peak["gpu0"] * 0.7))
     schedule = solve(graph, cluster, "lp-rounding", time_limit=20)
     assert remade_outputs(graph, list(schedule.instructions), first=True) is not None    # some are made late
-    model = ex["model"]
-    model.zero_grad(set_to_none=True)
-    want_loss, want = _eager_grads(model, ex)
-    stats = Replayer(model, step, graph, cluster, schedule).run(ex["inputs"], ex["targets"])
-    assert stats.loss == want_loss.item()
-    for p, g in zip(model.parameters(), want, strict=True):
-        assert torch.equal(p.grad, g)
+    stats = _replay_like_eager(ex["model"], ex, step, graph, cluster, schedule, "lp-rounding")
     assert stats.peak["gpu0"] <= cluster.device("gpu0").memory
     assert abs(stats.peak["gpu0"] - stats.predicted.peak["gpu0"]) <= 0.05 * stats.predicted.peak["gpu0"]
 
@@ -250,12 +249,7 @@ def test_two_devices_and_milp_with_swap():
     milp = solve(graph, milp_cluster, "milp", time_limit=5)
     assert any(isinstance(x, Copy) for x in milp.instructions) or simulate(graph, milp_cluster, milp).recomputed
     for cluster, schedule in ((two, placed), (milp_cluster, milp)):
-        model.zero_grad(set_to_none=True)
-        want_loss, want = _eager_grads(model, ex)
-        stats = Replayer(model, step, graph, cluster, schedule).run(ex["inputs"], ex["targets"])
-        assert stats.loss == want_loss.item()
-        for p, g in zip(model.parameters(), want, strict=True):
-            assert torch.equal(p.grad, g)
+        _replay_like_eager(model, ex, step, graph, cluster, schedule)
 
 
 @pytest.mark.parametrize("name,device", [("mlp", "cpu"), ("transformer", "cpu"),
