@@ -46,6 +46,7 @@ def training_graph(forward_inputs: list[list[int]], *, act_bytes, cost, param_by
     """
     n = len(forward_inputs)
     param_bytes = [0] * n if param_bytes is None else param_bytes
+    stat_bytes = [0] * n if stat_bytes is None else stat_bytes
 
     def c(sec):
         return {"cuda": float(sec), "cpu": float(sec) * cpu_slowdown}
@@ -62,7 +63,7 @@ def training_graph(forward_inputs: list[list[int]], *, act_bytes, cost, param_by
             if j >= 0:
                 consumers[j].append(i)
         nodes.append(Node(f"f{i}", "op", "forward", tuple(names), c(cost[i]), int(act_bytes[i])))
-        if stat_bytes is not None and stat_bytes[i]:
+        if stat_bytes[i]:
             nodes.append(Node(f"s{i}", "stat", "forward", (f"f{i}", *names), zero, int(stat_bytes[i]),
                               recomputable=False, output_of=f"f{i}"))
     nodes.append(Node("loss", "loss", "loss", (f"f{n - 1}",), c(min(cost)), 4, required=True))
@@ -70,7 +71,7 @@ def training_graph(forward_inputs: list[list[int]], *, act_bytes, cost, param_by
     for i in reversed(range(n)):
         grads = tuple("loss" if k < 0 else f"g{k}" for k in consumers[i])
         saved = tuple("x" if j < 0 else f"f{j}" for j in forward_inputs[i])
-        if stat_bytes is not None and stat_bytes[i]:
+        if stat_bytes[i]:
             saved += (f"s{i}",)
         nodes.append(Node(f"g{i}", "grad", "backward", grads + saved, c(2 * cost[i]), int(act_bytes[i]),
                           required=input_grad and -1 in forward_inputs[i]))
