@@ -6,14 +6,14 @@ Copies nothing reads where they land go, and the solvers return none."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from milp_graphs import ke_peak, one_gpu
 from strategies import seeded_training_graphs
 
 from optsched.cluster import single_accelerator
 from optsched.errors import InfeasibleError
-from optsched.generate import chain_graph
+from optsched.generate import chain_graph, random_training_graph
 from optsched.graph import Graph, Node, check_graph
 from optsched.schedule import Compute, Copy, Free, Schedule
 from optsched.simulate import simulate
@@ -226,6 +226,9 @@ def test_tight_budget_stays_within_it():
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=seeded_training_graphs(2, 25, statistics=True), frac=st.floats(0.3, 1.0),
        solver=st.sampled_from(["chen-sqrt", "dtr", "heuristic", "articulation"]))
+# a kept recomputation moved the last run of a maker before its statistics' reader: the first pass must move them
+@example(g=random_training_graph(23, 15962670, max_inputs=1, window=2, params=True, statistics=True), frac=0.6875,
+         solver="chen-sqrt")
 def test_never_invalid_never_slower(g, frac, solver):
     big = one_gpu(10**15)
     cl = one_gpu(max(1, int(simulate(g, big, keep_everything(g, big)).peak["gpu0"] * frac)))

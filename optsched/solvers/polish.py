@@ -385,17 +385,12 @@ def keep_instead_of_recompute(graph: Graph, cluster: Cluster, schedule: Schedule
     keep-everything memory, lp-rounding's schedule, 1.5687x -> 1.5510x keep-everything's step time. Last, not
     throughout: on the same graph at 40%, the rounding of the bound's plans ended 0.6% slower that way.
     `deadline` (time.perf_counter() value) stops the pass early; what was accepted by then is returned. Before it
-    all, with `remake`, the op's other outputs are computed after the op's last run before their readers
-    (`remade_outputs`)."""
+    all, and again when nothing more fits, with `remake`, the op's other outputs are computed after the op's last
+    run before their readers (`remade_outputs`): a recomputation the pass kept moves that run."""
     pool = list(schedule.instructions)
     best = simulate(graph, cluster, schedule)
     if not best.valid:
         return schedule, best
-    remade = remade_outputs(graph, pool) if remake else None
-    if remade is not None:
-        r = simulate(graph, cluster, Schedule(tuple(remade)))
-        if r.valid and r.makespan <= best.makespan:
-            pool, best = remade, r
     tags = list(range(len(pool)))
     failed: dict[int, int] = {}     # recomputation (its tag) -> the number of changes kept when it failed
     kept_changes = 0
@@ -403,6 +398,22 @@ def keep_instead_of_recompute(graph: Graph, cluster: Cluster, schedule: Schedule
 
     def done() -> tuple[Schedule, SimResult]:
         return Schedule(tuple(pool[t] for t in tags), schedule.report, schedule.graph), best
+
+    def remade() -> bool:
+        """Moves the other outputs (`remade_outputs`) where that keeps the time; the room it frees makes every
+        recomputation worth another try."""
+        nonlocal pool, tags, best
+        moved = remade_outputs(graph, [pool[t] for t in tags]) if remake else None
+        if moved is None:
+            return False
+        r = simulate(graph, cluster, Schedule(tuple(moved)))
+        if not (r.valid and r.makespan <= best.makespan):
+            return False
+        pool, tags, best = moved, list(range(len(moved))), r
+        failed.clear()
+        return True
+
+    remade()
 
     while True:
         ins = [pool[t] for t in tags]
@@ -427,6 +438,8 @@ def keep_instead_of_recompute(graph: Graph, cluster: Cluster, schedule: Schedule
             stale = [t for t, k in failed.items() if k < kept_changes]
             if not stale:
                 if firsts or not (dead := _dead_computations(graph, ins, firsts=True)):
+                    if remade():    # the maker's runs that were kept moved: its outputs may go later still
+                        continue
                     return done()
                 firsts, stale = True, list(failed)
                 trial_tags = [t for k, t in enumerate(tags) if k not in dead]
