@@ -226,7 +226,7 @@ def test_tight_budget_stays_within_it():
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=seeded_training_graphs(2, 25, statistics=True), frac=st.floats(0.3, 1.0),
        solver=st.sampled_from(["chen-sqrt", "dtr", "heuristic", "articulation"]))
-# a kept recomputation moved the last run of a maker before its statistics' reader: the first pass must move them
+# a kept recomputation moved the last run of a maker before its statistics' reader: one call moves them again
 @example(g=random_training_graph(23, 15962670, max_inputs=1, window=2, params=True, statistics=True), frac=0.6875,
          solver="chen-sqrt")
 def test_never_invalid_never_slower(g, frac, solver):

@@ -30,6 +30,8 @@ First, an op's other output computed once is moved to right after its op's last 
 before its backward), the output is no longer held through everything between the two runs, and what that frees
 lets more values be kept (the MILP's schedule for the 3-layer GPT-2 at 25% of its keep-everything memory after
 60 s: 57 kB less at its peak; the pass then keeps one more value, 1.5510x -> 1.5478x keep-everything's step time).
+The move is made again whenever nothing more fits: a kept value removes a run of an op, which may make an earlier
+run its last before the reader.
 
 Recomputations are tried in order of time saved per byte kept; one that does not fit is not tried again in the
 same pass (later changes mostly keep more values resident), so a pass costs one simulation per recomputation and
