@@ -245,6 +245,60 @@ def test_the_chain_grown_is_solved_to_its_optimum_where_the_seconds_per_programm
     assert grown["floor"] == pytest.approx(13.0) and len(grown["at"]) > 1
 
 
+def test_the_next_tier_of_tight_moments_joins_where_the_first_raises_nothing(monkeypatch):
+    # tiers of one: g2 first raises nothing on the loss's chain (11 s); g1, of the second tier, raises it to 12 s,
+    # and then g2 joins too: the 13 s every schedule takes
+    g = coupled_graph()
+    spec = make_spec(g, one_gpu(7), swap=False)
+    monkeypatch.setattr(bounds, "_MOMENTS", 1)
+    monkeypatch.setattr(bounds, "_TIGHT", 1)
+    ix = g.arrays.index
+    args = {"target": 20.0, "blocking": lambda: [], "blocking_seconds": 5.0}
+    assert lower_bounds(spec, **args, tight=lambda: [ix["g2"]])["floor"] == pytest.approx(11.0)
+    grown = lower_bounds(spec, **args, tight=lambda: [ix["g2"], ix["g1"]])
+    assert grown["floor"] == pytest.approx(13.0)
+    assert sorted(g.arrays.ids[x] for x in grown["at"]) == ["g1", "g2", "loss"]
+
+
+def test_the_growth_takes_the_seconds_it_is_given_instead_of_its_own(monkeypatch):
+    # no seconds of its own for the growth: the loss's 11 s; given some (as the MILP gives them on large models),
+    # the grown chain's 13 s
+    g = coupled_graph()
+    spec = make_spec(g, one_gpu(7), swap=False)
+    monkeypatch.setattr(bounds, "_MOMENTS", 1)
+    monkeypatch.setattr(bounds, "_GROWING", 0.0)
+    args = {"target": 20.0, "blocking": lambda: [], "blocking_seconds": 5.0, "tight": lambda: list(range(spec.n))}
+    assert lower_bounds(spec, **args)["floor"] == pytest.approx(11.0)
+    assert lower_bounds(spec, **args, grow_seconds=5.0)["floor"] == pytest.approx(13.0)
+
+
+def test_the_chains_grown_last_are_finished_side_by_side_where_the_last_is_not_solved_in_time(monkeypatch):
+    # every programme of the growth stops short: g1 joins the loss (11.88 s of its 12), then g2 (11.99 s of 13),
+    # whose chain stays that short when finished; the one before it is solved then, 12 s, and is the bound
+    g = coupled_graph()
+    spec = make_spec(g, one_gpu(7), swap=False)
+    monkeypatch.setattr(bounds, "_MOMENTS", 1)
+    monkeypatch.setattr(bounds.os, "cpu_count", lambda: 2)
+    ix = g.arrays.index
+    needed = bounds._needed(spec)
+    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
+    anc = {x: bounds._reach(spec.in_ptr, spec.in_idx, x, spec.n) for x in range(spec.n)}
+    chain = sorted((ix["loss"], ix["g2"], ix["g1"]), key=bounds.rank_of(spec).__getitem__)
+    last = bounds._coupled(spec, 0, chain, needed, dst, anc, {})[0][0].size     # its number of columns
+    solve = bounds._solve
+
+    def short(problem, *a, solved=False, **k):
+        stuck = problem[0].size == last
+        v = 1.99 * TIME_SCALE if stuck else solve(problem, *a, **k)      # 11.99 s in all, never more
+        return (v if stuck else 0.99 * v, False) if solved else v
+
+    monkeypatch.setattr(bounds, "_solve", short)
+    grown = lower_bounds(spec, target=20.0, blocking=lambda: [], blocking_seconds=5.0,
+                         tight=lambda: [ix["g1"], ix["g2"]])
+    assert grown["floor"] == pytest.approx(12.0)
+    assert sorted(g.arrays.ids[x] for x in grown["at"]) == ["g1", "loss"]
+
+
 def test_tight_moments_take_a_drop_from_the_value_s_last_reader_wherever_the_list_puts_it():
     # f2 (read by the loss only) dropped right after the loss or at the end of the list: the simulator releases
     # it after the loss either way, so the least memory to spare is at the loss (12 of 20 bytes held... 8), then g2

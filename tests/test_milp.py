@@ -821,3 +821,25 @@ def test_a_host_that_neither_computes_nor_holds_copies_is_left_out_of_the_model(
     s = solve(g, cl, "milp", SolveOptions(swap=False, devices=1, time_limit=30, threads=1,
                                           params={"host_compute": False}))
     assert simulate(g, cl, s).valid and {x.device for x in s.instructions if isinstance(x, Compute)} == {"gpu0"}
+
+
+@pytest.mark.parametrize("grow, orders, given", [(True, True, True), (True, False, False), (False, True, False)])
+def test_the_bounds_after_the_candidates_grow_their_chain_longer_on_large_models_only(monkeypatch, grow, orders,
+                                                                                       given):
+    # on models of _ORDER_FROM_NNZ nonzeros or more (`orders`), the bounds computed after the candidates (`grow`)
+    # give the chain's growth most of the time left; otherwise, its own few seconds
+    M = importlib.import_module("optsched.solvers.milp")
+    seen = []
+    real = M.lower_bounds
+
+    def spy(spec, *a, **k):
+        seen.append(k.get("grow_seconds"))
+        return real(spec, *a, **k)
+
+    monkeypatch.setattr(M, "lower_bounds", spy)
+    g = generate.random_training_graph(6, 0)
+    cl = one_gpu(int(0.6 * ke_peak(g)))
+    opts = SolveOptions(swap=False)
+    spec = M.spec_for(g, cl, opts)
+    M._bounds(g, cl, opts, [], spec, target=1.0, left=10.0, orders=orders, grow=grow)
+    assert seen == [M._ORDER_SHARE * 10.0 if given else None]

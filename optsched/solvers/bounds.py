@@ -61,9 +61,11 @@ branch and bound closes slowly.
   `_grow`): where memory binds in the schedule, a moment binds in the bound too, and a few such moments beat a
   long chain near the peak, whose programme HiGHS takes no further than its LP (the transformer at 45%: the
   loss's gradient, each layer's ReLU backward and the attention's gradient sum between them, 1.2559x -> 1.2807x;
-  the 3-layer GPT-2 at 25%: 1.3603x -> 1.3983x in the 60 s solve). Each programme of the growth has a second,
-  and the chain it ends with runs again until solved, for a few seconds more, where that second stopped it short
-  (the 3-layer GPT-2 at 25%: 1.3983x -> 1.4120x).
+  the 3-layer GPT-2 at 25%: 1.3603x -> 1.3983x in the 60 s solve). The operations are taken a tier at a time, the
+  next where none of those before raises the bound. Each programme of the growth has a second, and the chains it
+  ends with run again until solved, for a few seconds more, where that second stopped them short (the 3-layer
+  GPT-2 at 25%: 1.3983x -> 1.4120x); given more seconds (the MILP on large models), the growth reaches the second
+  tier there, the last layer's GELU backward, and 1.4454x.
 
 Only operations that some required result depends on count: a schedule need not compute the others.
 
@@ -98,15 +100,17 @@ _COUPLED = 3.0      # seconds at most for the coupled bound
 _ORDER_NEAR = 0.02  # the orders of moments are tried where the bound is this close to the target (relative)
 _BLOCKING = 5.0     # seconds at most for the orders over the blocking moments (`blocking_moments`)
 _TRY = 1.0          # seconds at most per programme when growing the chain of moments (`_grow`)
-_TIGHT = 12         # operations tried in turn by `_grow` (`tight_moments`)
+_TIGHT = 12         # operations tried in turn by `_grow` (`tight_moments`), a tier at a time
+_TIERS = 2          # tiers of them: the next joins when the chain stops growing on those before
 _GROWING = 5.0      # seconds at most for `_grow`
-_FINISH = 5.0       # seconds at most, beyond those, to finish the programme of the chain `_grow` ends with
+_FINISH = 5.0       # seconds at most, beyond those, to finish the programmes of the chains `_grow` ends with
 
 
 def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | None = None,
                  moments: Callable[[], Sequence[int]] | None = None, order_seconds: float = 0.0,
                  stop: threading.Event | None = None, blocking: Callable[[], Sequence[int]] | None = None,
-                 blocking_seconds: float = 0.0, tight: Callable[[], Sequence[int]] | None = None) -> dict:
+                 blocking_seconds: float = 0.0, tight: Callable[[], Sequence[int]] | None = None,
+                 grow_seconds: float | None = None) -> dict:
     """{"chain", "work", "recompute", "at", "floor"}: seconds every schedule of the graph on the model's devices
     needs (see the module docstring); recompute is None where it does not apply and infinite where no schedule
     fits, `at` the indices of the operations it came from (one, or the coupled bound's moments in the order of
@@ -117,7 +121,9 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     `order_seconds`; where the bound falls further short, or those are not given, the orders over `blocking()`
     (`blocking_moments`) take up to `blocking_seconds` (at most _BLOCKING). Before the latter, the chain grows by
     moments from `tight()` (`tight_moments`; `_grow`) for up to _GROWING of those seconds, and the orders start
-    from it. A Ctrl-C (or `stop` set) ends them with the bound so far, `stop` set."""
+    from it; `grow_seconds`, where given, replaces _GROWING and _FINISH: half of it for the growth, the rest to
+    finish the programme of the chain it ends with (within `blocking_seconds`). A Ctrl-C (or `stop` set) ends them
+    with the bound so far, `stop` set."""
     needed = _needed(spec)
     runnable = ~np.isnan(spec.ccost)
     cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
@@ -136,7 +142,7 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     if d is not None:
         reach = None if target is None else target * TIME_SCALE - float(cheapest.sum())
         extra, out["at"] = _recompute(spec, d, needed, seconds, reach, float(cheapest.sum()), moments, order_seconds,
-                                      stop, blocking, blocking_seconds, tight)
+                                      stop, blocking, blocking_seconds, tight, grow_seconds)
         out["recompute"] = (float(cheapest.sum()) + extra) / TIME_SCALE
     out["floor"] = max(v for k, v in out.items() if k in ("chain", "work", "recompute") and v is not None)
     return out
@@ -288,13 +294,13 @@ def _comebacks(spec: ModelSpec, ids, instructions):
 
 
 def tight_moments(spec: ModelSpec, ids, instructions) -> list[int]:
-    """The _TIGHT operations whose first computation left a schedule on the sole device the least memory to spare
-    (`_replay`), least first: where memory binds in the schedule, moments of the bound bind too (`_grow`)."""
+    """The _TIGHT * _TIERS operations whose first computation left a schedule on the sole device the least memory
+    to spare (`_replay`), least first: where memory binds in the schedule, moments of the bound bind too (`_grow`)."""
     room: dict[int, float] = {}
     for v, spare in _replay(spec, ids, instructions, at_last_read=True):
         if spare is not None and v not in room:
             room[v] = spare
-    return sorted(room, key=room.__getitem__)[:_TIGHT]
+    return sorted(room, key=room.__getitem__)[:_TIGHT * _TIERS]
 
 
 def order_moments(spec: ModelSpec, ids, instructions) -> list[int]:
@@ -403,7 +409,8 @@ def _candidates(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> np.ndar
 
 def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reach: float | None, work: float = 0.0,
                moments=None, order_seconds: float = 0.0, stop: threading.Event | None = None, blocking=None,
-               blocking_seconds: float = 0.0, tight=None) -> tuple[float, tuple[int, ...] | None]:
+               blocking_seconds: float = 0.0, tight=None,
+               grow_seconds: float | None = None) -> tuple[float, tuple[int, ...] | None]:
     """(model time every schedule spends recomputing, at least; the moments it was found at), or (0, None).
     `reach`: the coupled bound is skipped when a single moment gets there; when it falls short, the orders over
     `moments` (`_orders`, for `order_seconds`) are tried where the bound plus `work` is within _ORDER_NEAR of it
@@ -413,7 +420,8 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     at 50%, where there are none, it alone took the 5 s that the models without gap stages needed). Before the
     orders over `blocking`, `_grow` adds moments from `tight` to the chain, for up to _GROWING of their seconds
     (not before those over `moments`: on the 3-layer GPT-2 at 30% they then fell 0.02% short of the proof), and
-    up to _FINISH more of them where its last chain's programme is not solved yet; the orders over `blocking` take
+    up to _FINISH more of them where its last chain's programme is not solved yet (half of `grow_seconds` each,
+    where given); the orders over `blocking` take
     at most _BLOCKING seconds less what `_grow` took."""
     t0 = time.perf_counter()
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
@@ -444,8 +452,9 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
 
     if tight is not None and blocking_seconds > 0 and not near():   # near, the orders' seconds are theirs alone
         t1 = time.perf_counter()
+        growing, finish = (_GROWING, _FINISH) if grow_seconds is None else (grow_seconds / 2, grow_seconds / 2)
         grown = _grow(spec, d, needed, dst, anc, single, (single[top], (top,)), tight(), cutoff,
-                      min(_GROWING, blocking_seconds), stop, min(_FINISH, max(blocking_seconds - _GROWING, 0.0)))
+                      min(growing, blocking_seconds), stop, min(finish, max(blocking_seconds - growing, 0.0)))
         best, at = max((best, at), grown, key=lambda v: v[0])
         spent = time.perf_counter() - t1
         order_seconds, blocking_seconds = order_seconds - spent, min(blocking_seconds, _BLOCKING) - spent
@@ -471,9 +480,11 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
     (its bound, its moments) grown one moment at a time. Each of `cands` (`tight_moments`) that is an ancestor or
     a descendant of every moment is tried in its place (the coupled programme, at most _TRY seconds, a core each);
     the one whose dual bound is largest joins, until none raises the bound, it reaches `reach`, `seconds` pass or
-    `stop` is set. Where the _TRY seconds stopped the last chain's programme short of its optimum, it runs again
-    on every core for what is left of `seconds` and up to `finish` more (the 3-layer GPT-2 at 25% of its
-    keep-everything memory: 1.3983x -> 1.4120x of keep-everything's time, the programme solved in 3.3 s).
+    `stop` is set; then the next tier of `cands` (_TIGHT each) joins, where there is one. Where the _TRY seconds
+    stopped the programmes of the last chains short of their optimum, they run again, a core each (the last one on
+    every core where it is alone), for what is left of `seconds` and up to `finish` more (the 3-layer GPT-2 at 25%
+    of its keep-everything memory: 1.3983x -> 1.4120x of keep-everything's time, the programme solved in 3.3 s): the
+    last chain grown is not always the one solved in time.
     Each chain's dual bound holds for every schedule, so the largest is the bound. A few moments where memory binds
     beat a long chain: `_chain` takes the operations where keep-everything holds the most, all near the peak, and
     over 16 moments HiGHS gets no further than the LP (the transformer at 45% of its keep-everything memory: the
@@ -483,12 +494,13 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
 
     t0 = time.perf_counter()
     best, chain = start
-    solved = True
+    unsolved: list[tuple[int, ...]] = []        # the chains grown whose try stopped short of the optimum
     rank = rank_of(spec)
     cands = [y for y in cands if needed[y]]
     for y in cands:
         if y not in anc:
             anc[y] = _reach(spec.in_ptr, spec.in_idx, y, spec.n)
+    tier, failed = _TIGHT, set()      # how many of cands are tried (a tier at a time); those that raised nothing
 
     def bound(y: int) -> tuple[float, bool]:
         left = seconds - (time.perf_counter() - t0)
@@ -499,21 +511,32 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         while best < reach and not stop.is_set() and time.perf_counter() - t0 < seconds:
-            tried = [y for y in cands
-                     if y not in chain and anc[y].any() and all(anc[y][x] or anc[x][y] for x in chain)]
+            tried = [y for y in cands[:tier] if y not in chain and y not in failed and anc[y].any()
+                     and all(anc[y][x] or anc[x][y] for x in chain)]
             runs = [pool.submit(bound, y) for y in tried]
             waiting = threading.Thread(target=wait, args=(runs,), daemon=True)
             waiting.start()
             _join(waiting, stop)        # a Ctrl-C sets `stop`: the programmes running stop at once
             vals = [f.result() for f in runs]
             if not vals or max(vals)[0] <= best * (1 + 1e-9):
-                break
+                if tier >= len(cands):
+                    break
+                failed.update(tried)    # the next tier joins, tried first on this chain
+                tier += _TIGHT
+                continue
             i = max(range(len(vals)), key=lambda i: vals[i][0])
             (best, solved), chain = vals[i], tuple(sorted((*chain, tried[i]), key=rank.__getitem__))
+            failed.clear()
+            if not solved:
+                unsolved.append(chain)
     left = seconds + finish - (time.perf_counter() - t0)
-    if chain != start[1] and not solved and best < reach and left > 0 and not stop.is_set():
-        problem = _coupled(spec, d, list(chain), needed, dst, anc, single)[0]
-        best = max(best, _side_by_side([problem], left, reach, stop)[0])
+    unsolved = unsolved[-(os.cpu_count() or 1):]
+    if unsolved and best < reach and left > 0 and not stop.is_set():
+        vals = _side_by_side([_coupled(spec, d, list(c), needed, dst, anc, single)[0] for c in unsolved], left,
+                             reach, stop)
+        i = max(range(len(vals)), key=vals.__getitem__)
+        if vals[i] > best:
+            best, chain = vals[i], unsolved[i]
     return best, chain
 
 

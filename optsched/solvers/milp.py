@@ -461,7 +461,7 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
 
 
 def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0, orders: bool = False,
-            stop: threading.Event | None = None, seconds: float = _SECONDS) -> dict:
+            stop: threading.Event | None = None, seconds: float = _SECONDS, grow: bool = False) -> dict:
     """`bounds.lower_bounds(spec, target=target)`; InfeasibleError, proven, where they show that no schedule fits
     (a relaxation of every schedule has no point). Where the bound falls just short of `target` and `orders` (the
     caller's, for models of _ORDER_FROM_NNZ nonzeros or more), the orders of the moments where the fastest
@@ -470,15 +470,21 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
     time in about 15 s, which proves the rounding's 1.3112x within 1%, where the stage model's branch and bound
     had not finished its root in 40 s); where it falls short otherwise, the orders over those of them where the
     candidate had no room to keep the value (`bounds.blocking_moments`) a few seconds. Before either, the chain of
-    moments grows from those where the candidate had least memory to spare (`bounds.tight_moments`), for up to 5 s.
-    A Ctrl-C during them sets `stop` and ends them with the bound so far."""
+    moments grows from those where the candidate had least memory to spare (`bounds.tight_moments`), for up to 5 s,
+    and its last programme gets up to 5 s more; with `grow` and `orders`, both may take up to _ORDER_SHARE of the
+    `left` seconds between them, half each: on models that large, branch and bound from the root rarely betters a
+    bound that falls that short (the 3-layer GPT-2 at 25% of its keep-everything memory: its root unfinished after
+    600 s), and a longer growth reaches the second tier of tight moments (`bounds._TIERS`) and solves the chains it
+    ends with (there, with the last layer's GELU backward as a moment, 1.4120x -> 1.4454x of keep-everything's
+    time in the 60 s solve). A Ctrl-C during them sets `stop` and ends them with the bound so far."""
     fits = [(r.makespan, name, sched) for name, sched, r in base if r.valid]
     fastest = min(fits, key=lambda v: v[0])[2].instructions if fits else ()
     ids = graph.arrays.ids
     b = lower_bounds(spec, seconds, target, order_seconds=_ORDER_SHARE * left if orders else 0.0, stop=stop,
                      moments=lambda: order_moments(spec, ids, fastest),
                      blocking=lambda: blocking_moments(spec, ids, fastest), blocking_seconds=_ORDER_SHARE * left,
-                     tight=lambda: tight_moments(spec, ids, fastest))
+                     tight=lambda: tight_moments(spec, ids, fastest),
+                     grow_seconds=_ORDER_SHARE * left if grow and orders else None)
     if np.isfinite(b["floor"]):
         return b
     if fits:
@@ -829,7 +835,7 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
         # none beside the LP, or none there aimed at this target: no candidate fitted then, or a faster one (the
         # rounding's) came since, whose moments the orders take
         again = _bounds(graph, cluster, options, base, graph_order(), target, order_time(),
-                        model.index.size >= _ORDER_FROM_NNZ, stop)
+                        model.index.size >= _ORDER_FROM_NNZ, stop, grow=True)
         bounds = again if bounds is None or again["floor"] >= bounds["floor"] else bounds
     left = until - _polish_time(options) - time.perf_counter()
     if alt is None:
