@@ -481,10 +481,11 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
     a descendant of every moment is tried in its place (the coupled programme, at most _TRY seconds, a core each);
     the one whose dual bound is largest joins, until none raises the bound, it reaches `reach`, `seconds` pass or
     `stop` is set; then the next tier of `cands` (_TIGHT each) joins, where there is one. Where the _TRY seconds
-    stopped the programmes of the last chains short of their optimum, they run again, a core each (the last one on
-    every core where it is alone), for what is left of `seconds` and up to `finish` more (the 3-layer GPT-2 at 25%
-    of its keep-everything memory: 1.3983x -> 1.4120x of keep-everything's time, the programme solved in 3.3 s): the
-    last chain grown is not always the one solved in time.
+    stopped the programme of the last chain short of its optimum, it runs again, and so do those of the chains
+    grown before it that stopped short too, a core each (the last one on every core where it is alone), for what
+    is left of `seconds` and up to `finish` more (the 3-layer GPT-2 at 25% of its keep-everything memory: 1.3983x
+    -> 1.4120x of keep-everything's time, the programme solved in 3.3 s): the last chain grown is not always the
+    one solved in time.
     Each chain's dual bound holds for every schedule, so the largest is the bound. A few moments where memory binds
     beat a long chain: `_chain` takes the operations where keep-everything holds the most, all near the peak, and
     over 16 moments HiGHS gets no further than the LP (the transformer at 45% of its keep-everything memory: the
@@ -531,7 +532,7 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
                 unsolved.append(chain)
     left = seconds + finish - (time.perf_counter() - t0)
     unsolved = unsolved[-(os.cpu_count() or 1):]
-    if unsolved and best < reach and left > 0 and not stop.is_set():
+    if unsolved and unsolved[-1] == chain and best < reach and left > 0 and not stop.is_set():
         vals = _side_by_side([_coupled(spec, d, list(c), needed, dst, anc, single)[0] for c in unsolved], left,
                              reach, stop)
         i = max(range(len(vals)), key=vals.__getitem__)
