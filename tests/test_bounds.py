@@ -214,25 +214,33 @@ def test_the_bounds_never_exceed_the_exhaustive_optimum_with_other_outputs(g, fr
     event("growth raised the bound" if grown["floor"] > b["floor"] * (1 + 1e-9) else "growth: not raised")
 
 
-def test_the_chain_grown_from_the_best_moment_by_the_tight_ones_reaches_the_coupled_bound(monkeypatch):
+@pytest.fixture
+def coupled7(monkeypatch):
+    """(the coupled graph, its spec at 7 bytes), the coupled bound's own chain one moment long: only `_grow`
+    lengthens it."""
+    monkeypatch.setattr(bounds, "_MOMENTS", 1)
+    g = coupled_graph()
+    return g, make_spec(g, one_gpu(7), swap=False)
+
+
+_GROWTH = {"target": 20.0, "blocking": lambda: [], "blocking_seconds": 5.0}   # the growth runs (no orders after it)
+
+
+def test_the_chain_grown_from_the_best_moment_by_the_tight_ones_reaches_the_coupled_bound(coupled7):
     # with chains of one moment, the loss alone proves 11 s at 7 bytes; grown by the other operations (`_grow`,
     # before the orders over the blocking moments, here none) the chain proves the 13 s every schedule takes
-    g = coupled_graph()
-    spec = make_spec(g, one_gpu(7), swap=False)
-    monkeypatch.setattr(bounds, "_MOMENTS", 1)
+    g, spec = coupled7
     assert lower_bounds(spec)["floor"] == pytest.approx(11.0)
-    args = {"target": 20.0, "blocking": lambda: [], "blocking_seconds": 5.0}
-    assert lower_bounds(spec, **args)["floor"] == pytest.approx(11.0)
-    grown = lower_bounds(spec, **args, tight=lambda: list(range(spec.n)))
+    assert lower_bounds(spec, **_GROWTH)["floor"] == pytest.approx(11.0)
+    grown = lower_bounds(spec, **_GROWTH, tight=lambda: list(range(spec.n)))
     assert grown["floor"] == pytest.approx(13.0) and len(grown["at"]) > 1
 
 
-def test_the_chain_grown_is_solved_to_its_optimum_where_the_seconds_per_programme_stopped_it_short(monkeypatch):
+def test_the_chain_grown_is_solved_to_its_optimum_where_the_seconds_per_programme_stopped_it_short(coupled7,
+                                                                                                   monkeypatch):
     # every programme the growth runs stops short (its dual bound 1% under the optimum, unsolved): the chain it
     # ends with runs again, to the 13 s every schedule takes, which no programme of the growth showed
-    g = coupled_graph()
-    spec = make_spec(g, one_gpu(7), swap=False)
-    monkeypatch.setattr(bounds, "_MOMENTS", 1)
+    g, spec = coupled7
     solve = bounds._solve
 
     def short(*a, solved=False, **k):
@@ -240,61 +248,54 @@ def test_the_chain_grown_is_solved_to_its_optimum_where_the_seconds_per_programm
         return (0.99 * v, False) if solved else v
 
     monkeypatch.setattr(bounds, "_solve", short)
-    grown = lower_bounds(spec, target=20.0, blocking=lambda: [], blocking_seconds=5.0,
-                         tight=lambda: list(range(spec.n)))
+    grown = lower_bounds(spec, **_GROWTH, tight=lambda: list(range(spec.n)))
     assert grown["floor"] == pytest.approx(13.0) and len(grown["at"]) > 1
 
 
-def test_the_next_tier_of_tight_moments_joins_where_the_first_raises_nothing(monkeypatch):
+def test_the_next_tier_of_tight_moments_joins_where_the_first_raises_nothing(coupled7, monkeypatch):
     # tiers of one: g2 first raises nothing on the loss's chain (11 s); g1, of the second tier, raises it to 12 s,
     # and then g2 joins too: the 13 s every schedule takes
-    g = coupled_graph()
-    spec = make_spec(g, one_gpu(7), swap=False)
-    monkeypatch.setattr(bounds, "_MOMENTS", 1)
+    g, spec = coupled7
     monkeypatch.setattr(bounds, "_TIGHT", 1)
     ix = g.arrays.index
-    args = {"target": 20.0, "blocking": lambda: [], "blocking_seconds": 5.0}
-    assert lower_bounds(spec, **args, tight=lambda: [ix["g2"]])["floor"] == pytest.approx(11.0)
-    grown = lower_bounds(spec, **args, tight=lambda: [ix["g2"], ix["g1"]])
+    assert lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g2"]])["floor"] == pytest.approx(11.0)
+    grown = lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g2"], ix["g1"]])
     assert grown["floor"] == pytest.approx(13.0)
     assert sorted(g.arrays.ids[x] for x in grown["at"]) == ["g1", "g2", "loss"]
 
 
-def test_the_growth_takes_the_seconds_it_is_given_instead_of_its_own(monkeypatch):
+def test_the_growth_takes_the_seconds_it_is_given_instead_of_its_own(coupled7, monkeypatch):
     # no seconds of its own for the growth: the loss's 11 s; given some (as the MILP gives them on large models),
     # the grown chain's 13 s
-    g = coupled_graph()
-    spec = make_spec(g, one_gpu(7), swap=False)
-    monkeypatch.setattr(bounds, "_MOMENTS", 1)
+    g, spec = coupled7
     monkeypatch.setattr(bounds, "_GROWING", 0.0)
-    args = {"target": 20.0, "blocking": lambda: [], "blocking_seconds": 5.0, "tight": lambda: list(range(spec.n))}
+    args = {**_GROWTH, "tight": lambda: list(range(spec.n))}
     assert lower_bounds(spec, **args)["floor"] == pytest.approx(11.0)
     assert lower_bounds(spec, **args, grow_seconds=5.0)["floor"] == pytest.approx(13.0)
 
 
-def test_the_chains_grown_last_are_finished_side_by_side_where_the_last_is_not_solved_in_time(monkeypatch):
+def test_the_chains_grown_last_are_finished_side_by_side_where_the_last_is_not_solved_in_time(coupled7, monkeypatch):
     # every programme of the growth stops short: g1 joins the loss (11.88 s of its 12), then g2 (11.99 s of 13),
     # whose chain stays that short when finished; the one before it is solved then, 12 s, and is the bound
-    g = coupled_graph()
-    spec = make_spec(g, one_gpu(7), swap=False)
-    monkeypatch.setattr(bounds, "_MOMENTS", 1)
+    g, spec = coupled7
     monkeypatch.setattr(bounds.os, "cpu_count", lambda: 2)
     ix = g.arrays.index
-    needed = bounds._needed(spec)
-    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
-    anc = {x: bounds._reach(spec.in_ptr, spec.in_idx, x, spec.n) for x in range(spec.n)}
-    chain = sorted((ix["loss"], ix["g2"], ix["g1"]), key=bounds.rank_of(spec).__getitem__)
-    last = bounds._coupled(spec, 0, chain, needed, dst, anc, {})[0][0].size     # its number of columns
-    solve = bounds._solve
+    stuck, coupled, solve = [], bounds._coupled, bounds._solve     # stuck: held, so that no id is reused
+
+    def built(spec, d, chain, *a, **k):        # the programme of the three moments is the one stuck
+        out = coupled(spec, d, chain, *a, **k)
+        if len(chain) == 3:
+            stuck.append(out[0][0])
+        return out
 
     def short(problem, *a, solved=False, **k):
-        stuck = problem[0].size == last
-        v = 1.99 * TIME_SCALE if stuck else solve(problem, *a, **k)      # 11.99 s in all, never more
-        return (v if stuck else 0.99 * v, False) if solved else v
+        last = any(problem[0] is c for c in stuck)
+        v = 1.99 * TIME_SCALE if last else solve(problem, *a, **k)      # 11.99 s in all, never more
+        return (v if last else 0.99 * v, False) if solved else v
 
+    monkeypatch.setattr(bounds, "_coupled", built)
     monkeypatch.setattr(bounds, "_solve", short)
-    grown = lower_bounds(spec, target=20.0, blocking=lambda: [], blocking_seconds=5.0,
-                         tight=lambda: [ix["g1"], ix["g2"]])
+    grown = lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g1"], ix["g2"]])
     assert grown["floor"] == pytest.approx(12.0)
     assert sorted(g.arrays.ids[x] for x in grown["at"]) == ["g1", "loss"]
 
