@@ -100,8 +100,12 @@ def row(name, g, cl, frac, opts, base_time, problem):
     try:
         s = solve(g, cl, "milp", opts)
     except InfeasibleError as e:
+        # the smallest budget that fits lies between the two, as fractions of keep-everything's peak
+        per = frac / cl.devices[0].memory
         return dict(problem=problem, graph=name, nodes=len(g), budget_frac=round(frac, 3), status=e.status,
-                    wall_s=round(time.perf_counter() - t0, 2), note=str(e)[:120])
+                    wall_s=round(time.perf_counter() - t0, 2), note=str(e)[:120],
+                    least_frac=None if e.least is None else round(e.least * per, 4),
+                    found_frac=None if e.found is None else round(e.found * per, 4))
     r = s.report
     sim = simulate(g, cl, s)
     assert sim.valid

@@ -784,6 +784,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except InfeasibleError as e:
+        if getattr(args, "json", False):    # a script reading --json learns the outcome and its figures too
+            print(json.dumps({"status": e.status, "proven": e.proven, "message": e.render(),
+                              "memory_lower_bound_bytes": e.least, "smallest_found_bytes": e.found}, indent=1))
         print(f"optsched: {e.render()}", file=sys.stderr)
         return 1
     except OptschedError as e:

@@ -56,12 +56,17 @@ class InfeasibleError(OptschedError):
     """No schedule fits the budget; the message says how much would. `proven` False: the search found none (out
     of time, or over a restricted set of schedules: `restricted`, never proven), which does not prove there is
     none. `closest`: where the solver has one, its schedule with the smallest peak (over the budget), so that a
-    caller can say at which budget a schedule was found."""
+    caller can say at which budget a schedule was found. `least` (bytes): where known, the budget below which no
+    schedule fits; `found` (bytes): the smallest peak of a schedule the solver found (over the budget); the two
+    bracket the smallest budget that fits, for a caller reading `--json`."""
 
-    def __init__(self, message: str, *, proven: bool = True, restricted: bool = False, closest=None, **where):
+    def __init__(self, message: str, *, proven: bool = True, restricted: bool = False, closest=None,
+                 least: int | None = None, found: int | None = None, **where):
         self.proven = proven and not restricted
         self.restricted = restricted
         self.closest = closest
+        self.least = least
+        self.found = found
         super().__init__(message, **where)
 
     @property

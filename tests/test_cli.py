@@ -232,6 +232,28 @@ def test_no_schedule_found_is_exit_1_and_claims_no_proof(capsys, tmp_path):
     assert "no schedule fits" not in err and not out_file.exists()
     code, _, _ = run(capsys, "solve", "example:bert_l3", "--mem", "800MB", "--solver", "heuristic", "-o", out_file)
     assert code == 0 and out_file.exists()
+    # --json says the same to a script: not proven, with the smallest peak chen-greedy reached
+    code, out, _ = run(capsys, "solve", "example:bert_l3", "--mem", "800MB", "--solver", "chen-greedy", "--json")
+    res = json.loads(out)
+    assert code == 1 and res["status"] == "no_incumbent" and not res["proven"]
+    assert res["memory_lower_bound_bytes"] is None and 800 * 10**6 < res["smallest_found_bytes"] < 863 * 10**6
+    assert res["message"].startswith("no schedule found: chen-greedy")
+
+
+def test_json_of_a_budget_no_schedule_fits_gives_the_least_that_does(capsys, tmp_path):
+    # every schedule of this graph needs 350 bytes (test_bounds), more than its largest operation's 250
+    from test_bounds import forced_recompute_graph
+
+    from optsched.formats.jsonio import save_graph
+
+    path = tmp_path / "g.json"
+    save_graph(forced_recompute_graph(), path)
+    code, out, err = run(capsys, "solve", path, "--mem", "349", "--no-swap", "--devices", "1", "--no-host-compute",
+                         "--time-limit", "10", "--json")
+    res = json.loads(out)
+    assert code == 1 and res["status"] == "infeasible" and res["proven"]
+    assert res["memory_lower_bound_bytes"] == 350 and res["message"].startswith("no schedule fits: ")
+    assert "no schedule fits" in err
 
 
 def test_milp_without_a_schedule_in_time_says_so_once(capsys, tmp_path):

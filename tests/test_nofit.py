@@ -40,7 +40,22 @@ def test_a_solver_that_finds_none_proves_nothing():
         except InfeasibleError as e:
             refused += 1
             assert not e.proven and str(e).startswith("no schedule found: "), (solver, str(e))
+            # what it found, if anything, is over the budget, and nothing says where no schedule fits
+            assert e.least is None, solver
+            if e.closest is not None:
+                peak = simulate(g, cl, e.closest).peak["gpu0"]
+                assert e.found == peak > cl.device("gpu0").memory, solver
     assert refused
+
+
+def test_the_smallest_budget_found_is_the_accelerators_peak_not_the_hosts():
+    # a schedule that swaps holds more on the host than on the accelerator: the host's RAM is no budget found
+    from optsched.solvers.nofit import smallest_peak
+
+    cl = single_accelerator(10**6)
+    assert smallest_peak(cl, [{"gpu0": 900, "host": 5000}, {"gpu0": 700, "host": 9000}]) == 700
+    assert smallest_peak(cl, []) is None
+    assert smallest_peak(Cluster((Device("host", "cpu", 10**6),)), [{"host": 40}]) == 40
 
 
 def test_lp_rounding_out_of_time_says_so(monkeypatch):

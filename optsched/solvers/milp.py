@@ -184,7 +184,7 @@ from .milp_model import (
     violated_rows,
     x_from_decisions,
 )
-from .nofit import no_room, unplaceable
+from .nofit import no_room, smallest_peak, unplaceable
 from .options import SolveOptions
 from .polish import drop_unread_copies, keep_instead_of_recompute, remade_outputs
 
@@ -443,11 +443,7 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
     candidate reached; `proven` False: no schedule was found in the time given, or (`restricted`) the MILP's
     stage model has none; neither proves that there is none."""
     lb = max(memory_lower_bound(graph), (least_budget(spec) or 0) if spec is not None else 0)
-    found = [b[2].peak for b in base]
-    smallest = None
-    for pk in found:
-        m = max(pk.values()) if pk else 0
-        smallest = m if smallest is None else min(smallest, m)
+    smallest = smallest_peak(cluster, [b[2].peak for b in base])
     budgets = ", ".join(f"{d.name} {format_size(d.memory)}" for d in cluster.devices if d.kind == "cuda")
     msg = f"budget {budgets}; {why}. Memory lower bound: {format_size(lb)} ({lb} bytes)"
     if smallest is not None:
@@ -457,7 +453,7 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
         hint = f"try lp-rounding or dtr, whose schedules need not fit the MILP's stages, or {hint}"
     elif not proven:
         hint = f"give the solver more time (--time-limit, now {options.time_limit:g} s), or {hint}"
-    raise InfeasibleError(msg, hint=hint, proven=proven, restricted=restricted)
+    raise InfeasibleError(msg, hint=hint, proven=proven, restricted=restricted, least=lb or None, found=smallest)
 
 
 def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0, orders: bool = False,

@@ -59,5 +59,17 @@ def not_found(graph: Graph, cluster: Cluster, message: str, hint: str | None = N
         budgets = ", ".join(f"{dev.name} {format_size(dev.memory)}" for dev in cluster.devices)
         return InfeasibleError(f"budget {budgets}; whatever it recomputes, no schedule fits under "
                                f"{format_size(least)} ({least} bytes)",
-                               hint="raise the budget, add devices, or allow swapping")
-    return InfeasibleError(message, hint=hint, proven=False, closest=closest)
+                               hint="raise the budget, add devices, or allow swapping", least=least)
+    found = None
+    if closest is not None:
+        from ..simulate import simulate
+
+        found = smallest_peak(cluster, [simulate(graph, cluster, closest).peak])
+    return InfeasibleError(message, hint=hint, proven=False, closest=closest, found=found)
+
+
+def smallest_peak(cluster: Cluster, peaks) -> int | None:
+    """The least, over schedules (`peaks`: bytes per device name, each), of the largest peak on an accelerator
+    (on every device where the cluster has none): the smallest budget at which one of them was found."""
+    names = [d.name for d in cluster.accelerators] or [d.name for d in cluster.devices]
+    return min((max(pk.get(nm, 0) for nm in names) for pk in peaks), default=None)
