@@ -18,7 +18,11 @@ it does not apply to the problem), valid, violation, step_time_s, overhead
 totals, bytes swapped out and in, peak_<device>_bytes per device, the
 solver's objective_s, bound_s (a proven lower bound on its objective, within
 its own model), bound_overhead, gap, solve_s (wall time of the solver call)
-and message. Where there is no schedule the figures are NaN.
+and message. Where there is no schedule the figures are NaN, and
+memory_lower_bound_bytes and smallest_found_bytes (NaN elsewhere) bracket the
+least budget that fits where the solver knows them (as `optsched solve --json`
+gives them: `InfeasibleError.least`, `.found`), so that a sweep shows where
+each solver's schedules end.
 """
 
 from __future__ import annotations
@@ -89,12 +93,13 @@ def run_solver(graph: Graph, cluster: Cluster, solver: str, options: SolveOption
     row.update(dict.fromkeys(_NUMBERS, math.nan))
     row.update({f"peak_{d}_bytes": math.nan for d in devices})
     row.update(objective_s=math.nan, bound_s=math.nan, bound_overhead=math.nan, gap=math.nan, solve_s=math.nan,
-               message="")
+               message="", memory_lower_bound_bytes=math.nan, smallest_found_bytes=math.nan)
     t0 = time.perf_counter()
     try:
         sched = fn(graph, cluster, opts)
     except InfeasibleError as e:
-        row.update(status=e.status, solve_s=time.perf_counter() - t0, message=e.render())
+        row.update(status=e.status, solve_s=time.perf_counter() - t0, message=e.render(),
+                   memory_lower_bound_bytes=_num(e.least), smallest_found_bytes=_num(e.found))
         return Run(solver, None, None, row)
     except OptschedError as e:
         row.update(status="error", solve_s=time.perf_counter() - t0, message=e.render())

@@ -13,6 +13,7 @@ from optsched.cluster import Cluster, Device
 from optsched.compare import MILP_VARIANTS, compare, reference_time, run_solver, sweep
 from optsched.errors import InfeasibleError, OptschedError
 from optsched.generate import chain_graph, random_training_graph
+from optsched.graph import largest_operation
 from optsched.solvers import SolveOptions
 from optsched.units import parse_size_range
 
@@ -64,7 +65,24 @@ def test_a_solver_that_finds_nothing_gives_a_row_that_says_so(graph, host, statu
         row = df.loc[name]
         assert row.status == status and not row.valid and row.message
         assert math.isnan(row.step_time_s) and math.isnan(row.peak_gpu0_bytes) and math.isnan(row.overhead)
+    # the proof names what the largest operation needs; chen-greedy's smallest peak is over the budget; a
+    # schedule's row has no bracket
+    if host:
+        assert df.loc["chen-greedy", "smallest_found_bytes"] > 1000
+        assert math.isnan(df.loc["chen-greedy", "memory_lower_bound_bytes"])
+    else:
+        assert df.loc["chen-greedy", "memory_lower_bound_bytes"] == largest_operation(graph)[1] > 1000
+    assert math.isnan(df.loc["keep-everything", "smallest_found_bytes"])
     assert df.loc["keep-everything", "status"] == "invalid"
+
+
+def test_a_proven_refusal_gives_the_least_budget_that_fits():
+    # every schedule of this graph needs 350 bytes, more than its largest operation's 250 (test_bounds)
+    from test_bounds import forced_recompute_graph
+
+    row = compare(forced_recompute_graph(), Cluster((Device("gpu0", "cuda", 349),)), ["milp"],
+                  SolveOptions(swap=False, time_limit=10, threads=1)).set_index("solver").loc["milp"]
+    assert row.status == "infeasible" and row.memory_lower_bound_bytes == 350
 
 
 def test_a_milp_out_of_time_without_a_schedule_is_not_called_infeasible():

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..errors import InfeasibleError
-from ..graph import Graph, operation_memory
+from ..graph import Graph, memory_lower_bound, operation_memory
 from ..units import format_size
 from .partition import runnable_mask
 
@@ -53,7 +53,8 @@ def not_found(graph: Graph, cluster: Cluster, message: str, hint: str | None = N
     budget = np.array([dev.memory for dev in cluster.devices], dtype=np.int64)
     why = unplaceable(graph, [dev.name for dev in cluster.devices], runs, budget)
     if why:
-        return InfeasibleError(why, hint="raise the budget, or add a device with room for it")
+        return InfeasibleError(why, hint="raise the budget, or add a device with room for it",
+                               least=memory_lower_bound(graph))
     least = least_budget(make_spec(graph, cluster), if_over=True)
     if least is not None:
         budgets = ", ".join(f"{dev.name} {format_size(dev.memory)}" for dev in cluster.devices)
