@@ -290,7 +290,7 @@ def _best_fitting(graph: Graph, cluster: Cluster, name: str, options: SolveOptio
         raise not_found(graph, cluster, f"{name}: the smallest peak found is {format_size(best_peak)}, over the "
                         f"budget of {format_size(dev.memory)} on {dev.name}",
                         hint="raise the budget, or use a solver that swaps (offload-all, heuristic) or the milp",
-                        closest=closest)
+                        closest=closest, found=best_peak)
     _, sched, b, ndrop, r, transient = best
     ex = dict(extra or {})
     ex.update(segment_budget=b if b is not None else float("inf"), checkpoints=len(forward) - ndrop, peak=r.peak,

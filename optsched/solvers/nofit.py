@@ -41,11 +41,11 @@ def no_room(graph: Graph, at) -> str:
 
 
 def not_found(graph: Graph, cluster: Cluster, message: str, hint: str | None = None,
-              closest=None) -> InfeasibleError:
+              closest=None, found: int | None = None) -> InfeasibleError:
     """The error for a solver that found no schedule: proven when an operation fits no device of the cluster
     that can run it, or when the recomputation bound shows that nothing fits (with the budget below which
-    nothing does), else unproven with `message` (what the solver tried) and `closest`, its schedule with the
-    smallest peak."""
+    nothing does), else unproven with `message` (what the solver tried), `closest`, its schedule with the
+    smallest peak, and `found`, that peak in bytes (the solver simulated it already)."""
     from .bounds import least_budget
     from .milp_model import make_spec
 
@@ -61,11 +61,6 @@ def not_found(graph: Graph, cluster: Cluster, message: str, hint: str | None = N
         return InfeasibleError(f"budget {budgets}; whatever it recomputes, no schedule fits under "
                                f"{format_size(least)} ({least} bytes)",
                                hint="raise the budget, add devices, or allow swapping", least=least)
-    found = None
-    if closest is not None:
-        from ..simulate import simulate
-
-        found = smallest_peak(cluster, [simulate(graph, cluster, closest).peak])
     return InfeasibleError(message, hint=hint, proven=False, closest=closest, found=found)
 
 
