@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import threading
 import time
 from dataclasses import replace
 from functools import partial
@@ -1022,3 +1023,87 @@ def test_a_core_left_idle_takes_a_copy_of_a_running_programme_under_another_seed
 
     monkeypatch.setattr(bounds, "_solve", stalled)
     assert bounds._side_by_side(["slow"], 60, 3.0, stop) == [1.5] and sorted(calls) == [0, 1]
+
+
+def shared_weight_graph() -> Graph:
+    """GNMT's last decoder layer in small: a 500-byte weight w read by two required operations neither of which is
+    an ancestor of the other, a (beside the 30-byte f) and b (beside the 400-byte g; f and g both read x and q).
+    At b, w and g alone take 900 bytes; but a schedule that runs a first holds w with f and g (930) or w while it
+    computes g (920), and one that runs b first holds f, or x and q to make f again, beside w and g (930, 920):
+    under 920 nothing fits."""
+    z = {"cuda": 0.0}
+    nodes = (Node("x", "data", "input", (), z, 10, recomputable=False),
+             Node("q", "w", "param", (), z, 10, recomputable=False),
+             Node("w", "w", "param", (), z, 500, recomputable=False),
+             Node("f", "op", "forward", ("x", "q"), {"cuda": 1.0}, 30),
+             Node("a", "op", "forward", ("f", "w"), {"cuda": 1.0}, 0, required=True),
+             Node("g", "op", "backward", ("x", "q"), {"cuda": 1.0}, 400),
+             Node("b", "op", "backward", ("g", "w"), {"cuda": 1.0}, 0, required=True))
+    return check_graph(Graph(nodes, name="shared-weight"))
+
+
+def test_the_computations_between_moments_prove_that_nothing_fits_where_the_moments_alone_do_not():
+    g = shared_weight_graph()
+    assert exhaustive(g, 919) is None and exhaustive(g, 920) is not None
+    spec = make_spec(g, one_gpu(919), swap=False)
+    assert least_budget(spec) == 900 and lower_bounds(spec)["floor"] < float("inf")
+    ke = simulate(g, one_gpu(10**6), solve(g, one_gpu(10**6), "keep-everything"))
+    ids = g.arrays.ids
+    at = bounds.no_fit(spec, ids, solve(g, one_gpu(10**6), "keep-everything").instructions, 10.0)
+    assert at is not None and {ids[v] for v in at} >= {"a", "b"}, ke.peak
+    # at 920 it proves nothing, as a schedule fits
+    spec = make_spec(g, one_gpu(920), swap=False)
+    assert bounds.no_fit(spec, ids, solve(g, one_gpu(10**6), "keep-everything").instructions, 10.0) is None
+
+
+def test_the_milp_says_proven_that_nothing_fits_where_its_stage_model_has_no_point_and_the_moments_show_why():
+    g = shared_weight_graph()
+    with pytest.raises(InfeasibleError) as e:
+        solve(g, one_gpu(919), "milp", SolveOptions(swap=False, time_limit=10, threads=1))
+    msg = str(e.value)
+    assert e.value.proven and not e.value.restricted and msg.startswith("no schedule fits: "), msg
+    assert "in whichever order, or between them" in msg and e.value.least == 920, msg
+    s = solve(g, one_gpu(920), "milp", SolveOptions(swap=False, time_limit=10, threads=1))
+    assert simulate(g, one_gpu(920), s).valid
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=random_dags(min_nodes=4, max_nodes=7, max_bytes=400, zero_costs=False), frac=st.floats(0.0, 0.6),
+       data=st.data())
+def test_the_memory_between_moments_never_exceeds_the_exhaustive_optimum(g, frac, data):
+    # every needed operation a moment, in every order, with the rows of the computations between them: the least
+    # over the orders is under every schedule's recomputation time, and infinite only where no schedule fits
+    need = largest_operation(g)[1]
+    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
+    budget = int(need + frac * max(total - need, 0))
+    spec = make_spec(g, one_gpu(budget), swap=False)
+    moments = data.draw(st.permutations(_needed_with_inputs(spec)))
+    assume(len(moments) >= 2)
+    needed = bounds._needed(spec)
+    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
+    anc = {moments[0]: bounds._reach(spec.in_ptr, spec.in_idx, moments[0], spec.n)}
+    val, _ = bounds._orders(spec, 0, needed, dst, anc, {}, (0.0, (moments[0],)), moments[1:], None, 30.0,
+                            threading.Event(), between=True)
+    found = exhaustive(g, budget)
+    if found is None:
+        event("no schedule" + (", proven" if np.isinf(val) else ""))
+        return
+    work = float(np.nan_to_num(spec.ccost[0])[needed].sum())
+    assert (work + val) / TIME_SCALE <= found[0] * (1 + 1e-6) + 1e-12
+    event("raised" if val > 0 else "not raised")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=training_graphs(2, 5, params=True, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.5))
+def test_a_proof_that_nothing_fits_holds_on_small_training_graphs(g, frac):
+    g = _last_gradients_required(g)
+    need = largest_operation(g)[1]
+    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
+    budget = int(need + frac * max(total - need, 0))
+    spec = make_spec(g, one_gpu(budget), swap=False)
+    closest = solve(g, one_gpu(10**9), "keep-everything")
+    at = bounds.no_fit(spec, g.arrays.ids, closest.instructions, 30.0)
+    if at is not None:
+        assert exhaustive(g, budget) is None
+    event("not proven" if at is None else "proven at the least budget or above" if budget >= least_budget(spec)
+          else "proven")

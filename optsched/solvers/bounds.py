@@ -75,6 +75,16 @@ budget for the smallest at which these relaxations have a point, a memory floor 
 (the GPT-2 training graph of 236 operations: 29.9% of its keep-everything memory, against 24.5% for its largest
 operation; BERT: 38.8% against 31.8%). It leaves the free operations out: with them each check takes several times
 longer, and in the same two seconds the bisection stopped at 24.5% on GPT-2.
+
+Between two moments of a chain, every computation holds its inputs, output and workspace beside what is resident
+all along: the values resident at both moments and not computed again between them (on one device, only a
+computation brings back a dropped value). Those are the recomputations between them, the first computations of the
+next moment's ancestors that come after the previous moment, and those of the free operations in between
+(`_between`). The rows seldom raise the bound but slow its programmes, so only `no_fit` takes them: over the moments
+where the schedule that came closest overflowed, in every order, they prove what `least_budget` cannot (GNMT at
+99% of its keep-everything memory: its last decoder gradient and the output projection both read a 546 MB weight
+and come in either order; the one first holds the weight while the other's 413 MB input is made, or that input
+beside the other's input: no schedule fits, in 0.6 s).
 """
 
 from __future__ import annotations
@@ -193,6 +203,27 @@ def least_budget(spec: ModelSpec, seconds: float = _SECONDS, if_over: bool = Fal
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
     return lo + 1
+
+
+def no_fit(spec: ModelSpec, ids, instructions, seconds: float,
+           stop: threading.Event | None = None) -> tuple[int, ...] | None:
+    """Moments that prove no schedule on the sole device fits its budget, or None where that is not proven within
+    `seconds` (or `stop` is set). `instructions`: the schedule that came closest (over the budget): its tight
+    moments (`tight_moments`, where it had least memory to spare or overflowed) are taken in every order their
+    ancestry allows (`_orders`), in the coupled programme with the memory of the computations between moments
+    (`_between`); where it has no point in any order, no schedule fits. Finds what `least_budget`'s moments, taken
+    one at a time or along one chain, miss: GNMT at 99% of its keep-everything memory, where a 546 MB weight is
+    read by two operations neither of which is an ancestor of the other (0.6 s), and the CNN at 65%."""
+    needed = _needed(spec)
+    d = _sole_device(spec, needed)
+    ms = tight_moments(spec, ids, instructions) if d is not None else []
+    if not ms:
+        return None
+    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
+    anc = {ms[0]: _reach(spec.in_ptr, spec.in_idx, ms[0], spec.n)}
+    val, at = _orders(spec, d, needed, dst, anc, {}, (0.0, (ms[0],)), ms[1:], None, seconds,
+                      stop or threading.Event(), between=True)
+    return at if np.isinf(val) else None
 
 
 def moment_plans(spec: ModelSpec, count: int = _INTEGER, seconds: float = _SECONDS,
@@ -563,7 +594,7 @@ def _reader(spec: ModelSpec, needed: np.ndarray, chain: Sequence[int], anc: dict
 
 def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
             start: tuple[float, tuple[int, ...]], moments, reach: float | None, seconds: float,
-            stop: threading.Event) -> tuple[float, tuple[int, ...]]:
+            stop: threading.Event, between: bool = False) -> tuple[float, tuple[int, ...]]:
     """(model time every schedule recomputes, at least; the moments of the order it was found at) from the coupled
     programme over moments taken in every order: the first computations of operations neither of which is an
     ancestor of the other come in one order or the other in each schedule, so the least of the programmes over
@@ -587,7 +618,7 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
         lo = max((i + 1 for i, x in enumerate(seq) if anc[y][x]), default=0)
         hi = min((i for i, x in enumerate(seq) if anc[x][y]), default=len(seq))
         orders = [seq[:p] + (y,) + seq[p:] for p in range(lo, hi + 1)]
-        problems = [_coupled(spec, d, list(o), needed, dst, anc, single)[0] for o in orders]
+        problems = [_coupled(spec, d, list(o), needed, dst, anc, single, between=between)[0] for o in orders]
         left = seconds - (time.perf_counter() - t0)     # all of it, each: the bound needs every order to reach
         vals = _side_by_side(problems, left, reach, stop)
         leaves.remove((val, seq))
@@ -690,13 +721,16 @@ def _at(spec: ModelSpec, d: int, x: int, needed: np.ndarray, dst: np.ndarray, an
 
 
 def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst: np.ndarray, anc: dict,
-             single: dict, free: bool = True):
+             single: dict, free: bool = True, between: bool = False):
     """(the integer programme over the chain's moments (see the module docstring) as arrays, (S, R, P)): per
     moment j, for each ancestor of x_j and each operation neither before nor after it in every order (free),
     s_j[v] (resident at x_j; the column S[j, v]) and r_j[v] (computed again before x_{j+1}, or after x_k for the
     last; the column R[j, v]), and for each free one p_j[v] (computed before x_j; the column P[j, v]); -1 where
     there is no such column. `single[x]`: what every schedule recomputes after x, a row where known. `free` False
-    leaves the free operations out (a weaker programme, several times faster to prove infeasible)."""
+    leaves the free operations out (a weaker programme, several times faster to prove infeasible). `between`
+    adds the memory of the computations between moments (`_between`): rows that rarely raise the bound but slow
+    its programmes (the 3-layer GPT-2 at 25% of its keep-everything memory: 1.4454x -> 1.4225x of keep-everything's
+    time in the 60 s solve), so only the proof that nothing fits (`no_fit`) takes them."""
     n, k, src = spec.n, len(chain), spec.in_idx
     # pre[j, v]: 1 v is computed before x_j in every schedule of the chain's order (an ancestor of x_j, or an
     # earlier moment or its ancestor), -1 either way (a column p_j[v]), 0 neither (after it, x_j itself, or no
@@ -735,7 +769,17 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
         R[j, v] = ncol + v.size + np.arange(v.size)
         P[j, f] = ncol + 2 * v.size + np.arange(f.size)
         ncol += 2 * v.size + f.size
+    # between x_j and x_{j+1}: a_j[u] (u resident at both and not computed again between, so all along), A_j
+    # (their bytes)
+    W = [np.intersect1d(V[j], V[j + 1], assume_unique=True) for j in range(k - 1)] if between else []
+    a = np.full((len(W), n), -1, dtype=np.int64)
+    A = np.zeros(len(W), dtype=np.int64)
+    for j, w in enumerate(W):
+        a[j, w] = ncol + np.arange(w.size)
+        A[j] = ncol + w.size
+        ncol += w.size + 1
     cost, lb, ub = np.zeros(ncol), np.zeros(ncol), np.ones(ncol)
+    ub[A] = np.inf
     for j, (x, v) in enumerate(zip(chain, V, strict=True)):
         lb[S[j, src[spec.in_ptr[x]:spec.in_ptr[x + 1]]]] = 1.0
         cost[R[j, v]] = np.nan_to_num(spec.ccost[d, v])
@@ -822,6 +866,8 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
             add(rid, R[j, w], 1.0)
             add(rid, S[j + 1, w], -1.0)
             add(rid[fr], P[j, w[fr]], -1.0)
+        if between and j + 1 < k:
+            _between(spec, d, j, x, chain[j + 1], pre, after, S, R, P, a, A, W[j], add, new_rows)
         # every schedule recomputes at least x_j's own bound after it, counted over x_j's columns: only where no
         # later moment takes some of them (an operation beside x_j below a later moment, computed again after it)
         if single.get(x, 0.0) > 0 and own[j]:
@@ -832,6 +878,52 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
     by = np.argsort(rows, kind="stable")
     start = np.searchsorted(rows[by], np.arange(len(lo) + 1))
     return (cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]), (S, R, P)
+
+
+def _between(spec: ModelSpec, d: int, j: int, x: int, y: int, pre, after, S, R, P, a, A, w, add, new_rows) -> None:
+    """`_coupled`'s rows for the interval between moments x = x_j and y = x_{j+1}: each computation there holds its
+    inputs, output and workspace beside the values resident all along (at x and at y, and not computed again
+    between: on one device without copies only a computation brings a dropped value back), within the budget.
+    The computations there: the recomputations (r_j), the first computations of y's ancestors that come after x,
+    and those of the free operations computed before y but not before x. The values resident all along are
+    only counted, not placed: the bound is still a relaxation, but it no longer lets a value be computed where
+    what must stay resident around it leaves no room (GNMT at 99% of its keep-everything memory: its last
+    decoder gradient needs 460 MB while the 546 MB weight that both its moment and the next one read is held)."""
+    rid = new_rows(w.size, -1.0, np.inf)           # a_j[u] >= s_j[u] + s_{j+1}[u] - r_j[u] - 1
+    add(rid, a[j, w], 1.0)
+    add(rid, S[j, w], -1.0)
+    add(rid, S[j + 1, w], -1.0)
+    add(rid, R[j, w], 1.0)
+    rid = new_rows(1, 0.0, np.inf)                  # A_j >= their bytes
+    add(rid, A[j:j + 1], 1.0)
+    add(np.repeat(rid, w.size), a[j, w], -spec.nbytes[w])
+    budget = float(spec.budget[d])
+
+    def holds(vs: np.ndarray, cols: list[tuple[np.ndarray, float]], const: np.ndarray) -> None:
+        """Per v in vs: A_j - (v's inputs and v among them) + need(v) * (sum of coef * col) <= budget - need(v) *
+        const."""
+        for i, v in enumerate(vs.tolist()):
+            ins = np.unique(spec.in_idx[spec.in_ptr[v]:spec.in_ptr[v + 1]])
+            need = float(spec.nbytes[ins].sum() + spec.nbytes[v] + spec.ws[v])
+            mine = np.append(ins, v)
+            mine = mine[a[j, mine] >= 0]
+            r = new_rows(1, -np.inf, budget - need * const[i])
+            add(r, A[j:j + 1], 1.0)
+            add(np.repeat(r, mine.size), a[j, mine], -spec.nbytes[mine])
+            for c, coef in cols:
+                add(r, c[i:i + 1], coef * need)
+
+    v = np.flatnonzero((R[j] >= 0) & ~spec.once)
+    holds(v, [(R[j, v], 1.0)], np.zeros(v.size))
+    first = (pre[j + 1] == 1) & after[j]
+    first[[x, y]] = False
+    v = np.flatnonzero(first)
+    holds(v, [], np.ones(v.size))
+    v = np.flatnonzero((pre[j + 1] == 1) & (pre[j] == -1))
+    v = v[v != y]
+    holds(v, [(P[j, v], -1.0)], np.ones(v.size))
+    v = np.flatnonzero((pre[j + 1] == -1) & (pre[j] == -1))
+    holds(v, [(P[j + 1, v], 1.0), (P[j, v], -1.0)], np.zeros(v.size))
 
 
 def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: float | None = None,

@@ -6,7 +6,8 @@ it, a recomputation relaxation of every schedule without a point (`bounds.lower_
 first computation, what must be resident exceeds the budget whatever is recomputed). A heuristic or a baseline
 that finds nothing proves nothing (another solver may find a schedule), so its error says "no schedule found",
 not "no schedule fits", unless one of those two holds (the second is checked at the budget, and the error then
-gives `bounds.least_budget`).
+gives `bounds.least_budget`). The MILP, where it finds none, also tries the relaxation over the moments where its
+closest candidate overflowed, in every order and with the memory between them (`bounds.no_fit`).
 """
 
 from __future__ import annotations
@@ -34,9 +35,12 @@ def unplaceable(graph: Graph, names: list[str], runs: np.ndarray, budget: np.nda
             f"workspace), more than the budget of any device that can run it ({', '.join(where) or 'none'})")
 
 
-def no_room(graph: Graph, at) -> str:
-    """Why no schedule fits when the recomputation relaxation at the operations `at` has no point."""
+def no_room(graph: Graph, at, between: bool = False) -> str:
+    """Why no schedule fits when the recomputation relaxation at the operations `at` has no point (`between`:
+    taken in every order, with the computations between them: `bounds.no_fit`)."""
     names = ", ".join(repr(graph.arrays.ids[v]) for v in at)
+    if between:
+        names = f"{names}, in whichever order, or between them"
     return f"when it first computes {names}, every schedule must hold more than the budget, whatever it recomputes"
 
 
