@@ -1049,8 +1049,11 @@ def test_the_computations_between_moments_prove_that_nothing_fits_where_the_mome
     assert least_budget(spec) == 900 and lower_bounds(spec)["floor"] < float("inf")
     ke = simulate(g, one_gpu(10**6), solve(g, one_gpu(10**6), "keep-everything"))
     ids = g.arrays.ids
-    at = bounds.no_fit(spec, ids, solve(g, one_gpu(10**6), "keep-everything").instructions, 10.0)
-    assert at is not None and {ids[v] for v in at} >= {"a", "b"}, ke.peak
+    kept = solve(g, one_gpu(10**6), "keep-everything").instructions
+    at, least = bounds.no_fit(spec, ids, kept, 10.0)
+    assert {ids[v] for v in at} >= {"a", "b"} and least == 920, ke.peak
+    # given a budget that fits, it bisects up to the least that does (to 0.1%)
+    assert 919 < bounds.no_fit(make_spec(g, one_gpu(910), swap=False), ids, kept, 10.0, upto=ke.peak["gpu0"])[1] <= 920
     # at 920 it proves nothing, as a schedule fits
     spec = make_spec(g, one_gpu(920), swap=False)
     assert bounds.no_fit(spec, ids, solve(g, one_gpu(10**6), "keep-everything").instructions, 10.0) is None
@@ -1102,8 +1105,8 @@ def test_a_proof_that_nothing_fits_holds_on_small_training_graphs(g, frac):
     budget = int(need + frac * max(total - need, 0))
     spec = make_spec(g, one_gpu(budget), swap=False)
     closest = solve(g, one_gpu(10**9), "keep-everything")
-    at = bounds.no_fit(spec, g.arrays.ids, closest.instructions, 30.0)
-    if at is not None:
-        assert exhaustive(g, budget) is None
-    event("not proven" if at is None else "proven at the least budget or above" if budget >= least_budget(spec)
+    proof = bounds.no_fit(spec, g.arrays.ids, closest.instructions, 30.0)
+    if proof is not None:
+        assert proof[1] == budget + 1 and exhaustive(g, budget) is None
+    event("not proven" if proof is None else "proven at the least budget or above" if budget >= least_budget(spec)
           else "proven")

@@ -205,25 +205,44 @@ def least_budget(spec: ModelSpec, seconds: float = _SECONDS, if_over: bool = Fal
     return lo + 1
 
 
-def no_fit(spec: ModelSpec, ids, instructions, seconds: float,
-           stop: threading.Event | None = None) -> tuple[int, ...] | None:
-    """Moments that prove no schedule on the sole device fits its budget, or None where that is not proven within
-    `seconds` (or `stop` is set). `instructions`: the schedule that came closest (over the budget): its tight
-    moments (`tight_moments`, where it had least memory to spare or overflowed) are taken in every order their
-    ancestry allows (`_orders`), in the coupled programme with the memory of the computations between moments
-    (`_between`); where it has no point in any order, no schedule fits. Finds what `least_budget`'s moments, taken
-    one at a time or along one chain, miss: GNMT at 99% of its keep-everything memory, where a 546 MB weight is
-    read by two operations neither of which is an ancestor of the other (0.6 s), and the CNN at 65%."""
+def no_fit(spec: ModelSpec, ids, instructions, seconds: float, stop: threading.Event | None = None,
+           upto: int | None = None) -> tuple[tuple[int, ...], int] | None:
+    """(moments that prove no schedule on the sole device fits its budget, the budget below which nothing fits),
+    or None where that is not proven within `seconds` (or `stop` is set). `instructions`: the schedule that came
+    closest (over the budget): its tight moments (`tight_moments`, where it had least memory to spare or
+    overflowed) are taken in every order their ancestry allows (`_orders`), in the coupled programme with the
+    memory of the computations between moments (`_between`); where it has no point in any order, no schedule
+    fits. Finds what `least_budget`'s moments, taken one at a time or along one chain, miss: GNMT at 99% of its
+    keep-everything memory, where a 546 MB weight is read by two operations neither of which is an ancestor of the
+    other (0.6 s), and the CNN at 65%. `upto` (bytes, a budget at which a schedule was found): the budget is then
+    raised by bisection, over the same moments, while the proof holds, in the seconds left."""
     needed = _needed(spec)
     d = _sole_device(spec, needed)
     ms = tight_moments(spec, ids, instructions) if d is not None else []
-    if not ms:
+    if len(ms) < 2:
         return None
+    t0 = time.perf_counter()
+    stop = stop or threading.Event()
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
     anc = {ms[0]: _reach(spec.in_ptr, spec.in_idx, ms[0], spec.n)}
-    val, at = _orders(spec, d, needed, dst, anc, {}, (0.0, (ms[0],)), ms[1:], None, seconds,
-                      stop or threading.Event(), between=True)
-    return at if np.isinf(val) else None
+    budget = spec.budget.copy()
+
+    def proof(b: int) -> tuple[int, ...] | None:
+        budget[d] = b
+        val, at = _orders(replace(spec, budget=budget.copy()), d, needed, dst, anc, {}, (0.0, (ms[0],)), ms[1:],
+                          None, seconds - (time.perf_counter() - t0), stop, between=True)
+        return at if np.isinf(val) else None
+
+    lo = int(spec.budget[d])
+    at = proof(lo)
+    if at is None:
+        return None
+    hi = upto if upto is not None and upto > lo else lo + 1
+    while hi - lo > max(1, hi // 1000) and time.perf_counter() - t0 < seconds and not stop.is_set():
+        mid = (lo + hi) // 2
+        more = proof(mid)
+        lo, hi, at = (mid, hi, more) if more is not None else (lo, mid, at)
+    return at, lo + 1
 
 
 def moment_plans(spec: ModelSpec, count: int = _INTEGER, seconds: float = _SECONDS,

@@ -443,15 +443,17 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
     candidate reached; `proven` False: no schedule was found in the time given, or (`restricted`) the MILP's
     stage model has none; neither proves that there is none. Then, until `until` (perf_counter) and for at most
     _NO_FIT seconds, the moments where the candidate that came closest overflowed may prove it all the same
-    (`bounds.no_fit`): the error is then proven, and nothing fits at the budget or below."""
+    (`bounds.no_fit`): the error is then proven, and its memory lower bound is raised towards the smallest peak
+    found while the same moments prove that nothing fits."""
     lb = max(memory_lower_bound(graph), (least_budget(spec) or 0) if spec is not None else 0)
     smallest = smallest_peak(cluster, [b[2].peak for b in base])
     if not proven and spec is not None and until is not None and base:
         closest = min(base, key=lambda b: smallest_peak(cluster, [b[2].peak]))[1]
-        at = no_fit(spec, graph.arrays.ids, closest.instructions, min(until - time.perf_counter(), _NO_FIT))
-        if at is not None:
-            why, proven, restricted = no_room(graph, at, between=True), True, False
-            lb = max(lb, int(spec.budget.max()) + 1)
+        proof = no_fit(spec, graph.arrays.ids, closest.instructions, min(until - time.perf_counter(), _NO_FIT),
+                       upto=smallest)
+        if proof is not None:
+            why, proven, restricted = no_room(graph, proof[0], between=True), True, False
+            lb = max(lb, proof[1])
     budgets = ", ".join(f"{d.name} {format_size(d.memory)}" for d in cluster.devices if d.kind == "cuda")
     msg = f"budget {budgets}; {why}. Memory lower bound: {format_size(lb)} ({lb} bytes)"
     if smallest is not None:
