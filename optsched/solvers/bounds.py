@@ -886,7 +886,7 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
             add(rid, S[j + 1, w], -1.0)
             add(rid[fr], P[j, w[fr]], -1.0)
         if between and j + 1 < k:
-            _between(spec, d, j, x, chain[j + 1], pre, after, S, R, P, a, A, W[j], add, new_rows)
+            _between(spec, d, j, x, chain[j + 1], pre, after, dst, S, R, P, a, A, W[j], add, new_rows)
         # every schedule recomputes at least x_j's own bound after it, counted over x_j's columns: only where no
         # later moment takes some of them (an operation beside x_j below a later moment, computed again after it)
         if single.get(x, 0.0) > 0 and own[j]:
@@ -899,7 +899,8 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
     return (cost, lb, ub, np.array(lo), np.array(hi), start, cols[by], vals[by]), (S, R, P)
 
 
-def _between(spec: ModelSpec, d: int, j: int, x: int, y: int, pre, after, S, R, P, a, A, w, add, new_rows) -> None:
+def _between(spec: ModelSpec, d: int, j: int, x: int, y: int, pre, after, dst, S, R, P, a, A, w, add,
+             new_rows) -> None:
     """`_coupled`'s rows for the interval between moments x = x_j and y = x_{j+1}: each computation there holds its
     inputs, output and workspace beside the values resident all along (at x and at y, and not computed again
     between: on one device without copies only a computation brings a dropped value back), within the budget.
@@ -907,7 +908,7 @@ def _between(spec: ModelSpec, d: int, j: int, x: int, y: int, pre, after, S, R, 
     and those of the free operations computed before y but not before x. The values resident all along are
     only counted, not placed: the bound is still a relaxation, but it no longer lets a value be computed where
     what must stay resident around it leaves no room (GNMT at 99% of its keep-everything memory: its last
-    decoder gradient needs 460 MB while the 546 MB weight that both its moment and the next one read is held)."""
+    decoder gradient needs 453 MB while the 546 MB weight that both its moment and the next one read is held)."""
     rid = new_rows(w.size, -1.0, np.inf)           # a_j[u] >= s_j[u] + s_{j+1}[u] - r_j[u] - 1
     add(rid, a[j, w], 1.0)
     add(rid, S[j, w], -1.0)
@@ -916,21 +917,24 @@ def _between(spec: ModelSpec, d: int, j: int, x: int, y: int, pre, after, S, R, 
     rid = new_rows(1, 0.0, np.inf)                  # A_j >= their bytes
     add(rid, A[j:j + 1], 1.0)
     add(np.repeat(rid, w.size), a[j, w], -spec.nbytes[w])
-    budget = float(spec.budget[d])
+    n = spec.n
 
     def holds(vs: np.ndarray, cols: list[tuple[np.ndarray, float]], const: np.ndarray) -> None:
-        """Per v in vs: A_j - (v's inputs and v among them) + need(v) * (sum of coef * col) <= budget - need(v) *
-        const."""
-        for i, v in enumerate(vs.tolist()):
-            ins = np.unique(spec.in_idx[spec.in_ptr[v]:spec.in_ptr[v + 1]])
-            need = float(spec.nbytes[ins].sum() + spec.nbytes[v] + spec.ws[v])
-            mine = np.append(ins, v)
-            mine = mine[a[j, mine] >= 0]
-            r = new_rows(1, -np.inf, budget - need * const[i])
-            add(r, A[j:j + 1], 1.0)
-            add(np.repeat(r, mine.size), a[j, mine], -spec.nbytes[mine])
-            for c, coef in cols:
-                add(r, c[i:i + 1], coef * need)
+        """Per v in vs, a row: A_j - (what of v and its inputs A_j counts) + need(v) * (sum of coef * col) <=
+        budget - need(v) * const, need(v) being v's inputs, output and workspace."""
+        row = np.full(n, -1, dtype=np.int64)
+        row[vs] = np.arange(vs.size)
+        e = np.flatnonzero(row[dst] >= 0)
+        pair = np.unique(dst[e] * n + spec.in_idx[e])          # each input once
+        v, u = pair // n, pair % n
+        need = (np.bincount(row[v], weights=spec.nbytes[u], minlength=vs.size) + spec.nbytes[vs] + spec.ws[vs])
+        rid = new_rows(vs.size, -np.inf, float(spec.budget[d]) - need * const)
+        add(rid, np.full(vs.size, A[j]), 1.0)
+        v, u = np.concatenate([v, vs]), np.concatenate([u, vs])
+        on = a[j, u] >= 0
+        add(rid[row[v[on]]], a[j, u[on]], -spec.nbytes[u[on]])
+        for c, coef in cols:
+            add(rid, c, coef * need)
 
     v = np.flatnonzero((R[j] >= 0) & ~spec.once)
     holds(v, [(R[j, v], 1.0)], np.zeros(v.size))
