@@ -256,6 +256,23 @@ def test_json_of_a_budget_no_schedule_fits_gives_the_least_that_does(capsys, tmp
     assert "no schedule fits" in err
 
 
+def test_json_of_a_budget_only_the_moments_in_every_order_rule_out(capsys, tmp_path):
+    # a weight read by two operations that come in either order (test_bounds): nothing fits under 920 bytes, which
+    # only the moments taken in every order, with the memory between them, show; --json says so, proven
+    from test_bounds import shared_weight_graph
+
+    from optsched.formats.jsonio import save_graph
+
+    path = tmp_path / "g.json"
+    save_graph(shared_weight_graph(), path)
+    code, out, err = run(capsys, "solve", path, "--mem", "919", "--no-swap", "--devices", "1", "--no-host-compute",
+                         "--time-limit", "10", "--json")
+    res = json.loads(out)
+    assert code == 1 and res["status"] == "infeasible" and res["proven"]
+    assert res["memory_lower_bound_bytes"] == 920 and "in whichever order" in res["message"]
+    assert "no schedule fits" in err and "Traceback" not in err
+
+
 def test_milp_without_a_schedule_in_time_says_so_once(capsys, tmp_path):
     # no baseline fits this graph at 40% of its keep-everything peak and 0.05 s is too short for the MILP: the
     # message must not claim that no schedule fits (none was proven), nor say "no schedule" twice. The host
