@@ -440,7 +440,7 @@ def test_no_schedule_fits_small_training_graphs_where_the_bounds_say_none_does(g
 def _no_schedule_below_the_least_budget(g: Graph, frac: float) -> None:
     need = largest_operation(g)[1]
     total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
-    budget = int(need + frac * max(total - need, 0))
+    budget = _between_largest_and_total(g, frac)
     spec = make_spec(g, one_gpu(budget), swap=False)
     least = least_budget(spec)
     assert 0 <= least <= total
@@ -487,9 +487,7 @@ def test_the_recompute_bound_applies_only_where_one_device_computes_everything_a
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=random_dags(min_nodes=2, max_nodes=7, max_bytes=400, zero_costs=False), frac=st.floats(0.0, 1.0))
 def test_the_bounds_never_exceed_the_exhaustive_optimum(g, frac):
-    need = largest_operation(g)[1]
-    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
-    budget = int(need + frac * max(total - need, 0))
+    budget = _between_largest_and_total(g, frac)
     found = exhaustive(g, budget)
     assume(found is not None)
     best, steps = found
@@ -506,9 +504,7 @@ def test_the_bounds_never_exceed_the_exhaustive_optimum(g, frac):
 @given(g=training_graphs(2, 5, params=False, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.5))
 def test_the_bounds_never_exceed_the_exhaustive_optimum_of_small_training_graphs(g, frac):
     g = _last_gradients_required(g)
-    need = largest_operation(g)[1]
-    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
-    budget = int(need + frac * max(total - need, 0))
+    budget = _between_largest_and_total(g, frac)
     found = exhaustive(g, budget)
     assume(found is not None)
     b = lower_bounds(make_spec(g, one_gpu(budget), swap=False))
@@ -541,6 +537,13 @@ def test_every_solver_schedule_takes_at_least_the_bound(g, frac):
         except InfeasibleError:
             continue
         assert r.valid and r.makespan >= floor * (1 - 1e-9), name
+
+
+def _between_largest_and_total(g: Graph, frac: float) -> int:
+    """The budget `frac` of the way from the largest operation's need to the graph's total bytes."""
+    need = largest_operation(g)[1]
+    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
+    return int(need + frac * max(total - need, 0))
 
 
 def _needed_with_inputs(spec) -> list[int]:
@@ -577,9 +580,7 @@ def test_the_orders_of_moments_prove_what_no_chain_of_them_does(monkeypatch):
 @given(g=random_dags(min_nodes=2, max_nodes=7, max_bytes=400, zero_costs=False), frac=st.floats(0.0, 0.6),
        data=st.data())
 def test_the_orders_of_moments_never_exceed_the_exhaustive_optimum(g, frac, data):
-    need = largest_operation(g)[1]
-    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
-    budget = int(need + frac * max(total - need, 0))
+    budget = _between_largest_and_total(g, frac)
     found = exhaustive(g, budget)
     assume(found is not None)
     spec = make_spec(g, one_gpu(budget), swap=False)
@@ -1076,9 +1077,7 @@ def test_the_milp_says_proven_that_nothing_fits_where_its_stage_model_has_no_poi
 def test_the_memory_between_moments_never_exceeds_the_exhaustive_optimum(g, frac, data):
     # every needed operation a moment, in every order, with the rows of the computations between them: the least
     # over the orders is under every schedule's recomputation time, and infinite only where no schedule fits
-    need = largest_operation(g)[1]
-    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
-    budget = int(need + frac * max(total - need, 0))
+    budget = _between_largest_and_total(g, frac)
     spec = make_spec(g, one_gpu(budget), swap=False)
     moments = data.draw(st.permutations(_needed_with_inputs(spec)))
     assume(len(moments) >= 2)
@@ -1100,9 +1099,7 @@ def test_the_memory_between_moments_never_exceeds_the_exhaustive_optimum(g, frac
 @given(g=training_graphs(2, 5, params=True, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.5))
 def test_a_proof_that_nothing_fits_holds_on_small_training_graphs(g, frac):
     g = _last_gradients_required(g)
-    need = largest_operation(g)[1]
-    total = int(g.arrays.bytes.sum() + g.arrays.workspace.max(initial=0))
-    budget = int(need + frac * max(total - need, 0))
+    budget = _between_largest_and_total(g, frac)
     spec = make_spec(g, one_gpu(budget), swap=False)
     closest = solve(g, one_gpu(10**9), "keep-everything")
     proof = bounds.no_fit(spec, g.arrays.ids, closest.instructions, 5.0)

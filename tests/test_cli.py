@@ -240,37 +240,26 @@ def test_no_schedule_found_is_exit_1_and_claims_no_proof(capsys, tmp_path):
     assert res["message"].startswith("no schedule found: chen-greedy")
 
 
-def test_json_of_a_budget_no_schedule_fits_gives_the_least_that_does(capsys, tmp_path):
-    # every schedule of this graph needs 350 bytes (test_bounds), more than its largest operation's 250
-    from test_bounds import forced_recompute_graph
+@pytest.mark.parametrize("graph, mem, least, why", [
+    # every schedule needs 350 bytes, more than the largest operation's 250 (test_bounds)
+    ("forced_recompute_graph", 349, 350, "whatever it recomputes"),
+    # a weight read by two operations that come in either order: nothing fits under 920 bytes, which only the
+    # moments taken in every order, with the memory between them, show
+    ("shared_weight_graph", 919, 920, "in whichever order"),
+])
+def test_json_of_a_budget_no_schedule_fits_gives_the_least_that_does(capsys, tmp_path, graph, mem, least, why):
+    import test_bounds
 
     from optsched.formats.jsonio import save_graph
 
     path = tmp_path / "g.json"
-    save_graph(forced_recompute_graph(), path)
-    code, out, err = run(capsys, "solve", path, "--mem", "349", "--no-swap", "--devices", "1", "--no-host-compute",
-                         "--time-limit", "10", "--json")
+    save_graph(getattr(test_bounds, graph)(), path)
+    code, out, err = run(capsys, "solve", path, "--mem", str(mem), "--no-swap", "--devices", "1",
+                         "--no-host-compute", "--time-limit", "10", "--json")
     res = json.loads(out)
     assert code == 1 and res["status"] == "infeasible" and res["proven"]
-    assert res["memory_lower_bound_bytes"] == 350 and res["message"].startswith("no schedule fits: ")
-    assert "no schedule fits" in err
-
-
-def test_json_of_a_budget_only_the_moments_in_every_order_rule_out(capsys, tmp_path):
-    # a weight read by two operations that come in either order (test_bounds): nothing fits under 920 bytes, which
-    # only the moments taken in every order, with the memory between them, show; --json says so, proven
-    from test_bounds import shared_weight_graph
-
-    from optsched.formats.jsonio import save_graph
-
-    path = tmp_path / "g.json"
-    save_graph(shared_weight_graph(), path)
-    code, out, err = run(capsys, "solve", path, "--mem", "919", "--no-swap", "--devices", "1", "--no-host-compute",
-                         "--time-limit", "10", "--json")
-    res = json.loads(out)
-    assert code == 1 and res["status"] == "infeasible" and res["proven"]
-    assert res["memory_lower_bound_bytes"] == 920 and "in whichever order" in res["message"]
-    assert "no schedule fits" in err and "Traceback" not in err
+    assert res["memory_lower_bound_bytes"] == least and res["message"].startswith("no schedule fits: ")
+    assert why in res["message"] and "no schedule fits" in err and "Traceback" not in err
 
 
 def test_milp_without_a_schedule_in_time_says_so_once(capsys, tmp_path):
