@@ -225,11 +225,11 @@ def no_fit(spec: ModelSpec, ids, instructions, seconds: float, stop: threading.E
     stop = stop or threading.Event()
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
     anc = {ms[0]: _reach(spec.in_ptr, spec.in_idx, ms[0], spec.n)}
-    budget = spec.budget.copy()
 
     def proof(b: int) -> tuple[int, ...] | None:
+        budget = spec.budget.copy()
         budget[d] = b
-        val, at = _orders(replace(spec, budget=budget.copy()), d, needed, dst, anc, {}, (0.0, (ms[0],)), ms[1:],
+        val, at = _orders(replace(spec, budget=budget), d, needed, dst, anc, {}, (0.0, (ms[0],)), ms[1:],
                           None, seconds - (time.perf_counter() - t0), stop, between=True)
         return at if np.isinf(val) else None
 

@@ -446,9 +446,10 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
     (`bounds.no_fit`): the error is then proven, and its memory lower bound is raised towards the smallest peak
     found while the same moments prove that nothing fits."""
     lb = max(memory_lower_bound(graph), (least_budget(spec) or 0) if spec is not None else 0)
-    smallest = smallest_peak(cluster, [b[2].peak for b in base])
+    peaks = [smallest_peak(cluster, [b[2].peak]) for b in base]
+    smallest = min(peaks, default=None)
     if not proven and spec is not None and until is not None and base:
-        closest = min(base, key=lambda b: smallest_peak(cluster, [b[2].peak]))[1]
+        closest = base[peaks.index(smallest)][1]
         proof = no_fit(spec, graph.arrays.ids, closest.instructions, min(until - time.perf_counter(), _NO_FIT),
                        upto=smallest)
         if proof is not None:
