@@ -1052,7 +1052,7 @@ def test_the_computations_between_moments_prove_that_nothing_fits_where_the_mome
     ids = g.arrays.ids
     kept = solve(g, one_gpu(10**6), "keep-everything").instructions
     at, least = bounds.no_fit(spec, ids, kept, 10.0)
-    assert {ids[v] for v in at} >= {"a", "b"} and least == 920, ke.peak
+    assert {ids[bounds._op(m)] for m in at} >= {"a", "b"} and least == 920, ke.peak
     # given a budget that fits, it bisects up to the least that does (to 0.1%)
     assert 919 < bounds.no_fit(make_spec(g, one_gpu(910), swap=False), ids, kept, 10.0, upto=ke.peak["gpu0"])[1] <= 920
     # at 920 it proves nothing, as a schedule fits
@@ -1069,6 +1069,33 @@ def test_the_milp_says_proven_that_nothing_fits_where_its_stage_model_has_no_poi
     assert "in whichever order, or between them" in msg and e.value.least == 920, msg
     s = solve(g, one_gpu(920), "milp", SolveOptions(swap=False, time_limit=10, threads=1))
     assert simulate(g, one_gpu(920), s).valid
+
+
+def two_layer_graph() -> Graph:
+    """x -> f0 -> f1 -> loss with 30-byte parameters p0, p1 and their required gradients gp1 (g1, f0) and gp0
+    (g0, x): whichever gradient is computed for the last time last, the other is held from its own final
+    computation on, beside what the last one needs (84 bytes fit, 83 do not)."""
+    return generate.training_graph([[-1], [0]], act_bytes=[10, 10], cost=[1e-3] * 2, param_bytes=[30, 30])
+
+
+def test_the_final_computations_prove_that_nothing_fits_where_the_first_ones_do_not(monkeypatch):
+    g = two_layer_graph()
+    assert exhaustive(g, 83) is None and exhaustive(g, 84) is not None
+    spec = make_spec(g, one_gpu(83), swap=False)
+    assert least_budget(spec) < 83 and lower_bounds(spec)["floor"] < float("inf")
+    ids = g.arrays.ids
+    kept = solve(g, one_gpu(10**6), "keep-everything").instructions
+    at, least = bounds.no_fit(spec, ids, kept, 10.0)
+    assert least == 84 and {(ids[m[0]], m[1]) for m in at if m[1] < 0} == {("gp0", -1), ("gp1", -1)}
+    assert bounds.no_fit(make_spec(g, one_gpu(70), swap=False), ids, kept, 10.0, upto=100)[1] == 84
+    assert bounds.no_fit(make_spec(g, one_gpu(84), swap=False), ids, kept, 10.0) is None
+    # the moments at first computations alone, where the schedule had least to spare, in every order: no proof
+    monkeypatch.setattr(bounds, "final_moments", lambda spec, needed: [])
+    assert bounds.no_fit(spec, ids, kept, 10.0) is None
+    monkeypatch.undo()
+    with pytest.raises(InfeasibleError) as e:
+        solve(g, one_gpu(83), "milp", SolveOptions(swap=False, time_limit=10, threads=1))
+    assert e.value.proven and e.value.least == 84 and "'gp0', 'gp1' for the last time" in str(e.value), str(e.value)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1107,3 +1134,45 @@ def test_a_proof_that_nothing_fits_holds_on_small_training_graphs(g, frac):
         assert proof[1] == budget + 1 and exhaustive(g, budget) is None
     event("not proven" if proof is None else "proven at the least budget or above" if budget >= least_budget(spec)
           else "proven")
+
+
+def _final_moments(spec) -> list:
+    """Every final moment the bound can take: (w, -1) per required result w that is computed, not loaded, and
+    (v, w) per such w and each of its inputs v that is computed too."""
+    needed = bounds._needed(spec)
+    out = []
+    for w in np.flatnonzero(spec.required & needed & ~spec.once).tolist():
+        ins = spec.in_idx[spec.in_ptr[w]:spec.in_ptr[w + 1]]
+        out += [(w, -1)] + [(v, w) for v in dict.fromkeys(ins.tolist()) if not spec.once[v]]
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=training_graphs(2, 4, params=True, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.6),
+       data=st.data())
+def test_final_moments_never_exceed_the_exhaustive_optimum(g, frac, data):
+    # the final computations of required results and the last computations of their inputs before them, beside
+    # first computations, in every order, with the memory between them: the least over the orders is under every
+    # schedule's recomputation time, and infinite only where no schedule fits
+    g = _last_gradients_required(g)
+    budget = _between_largest_and_total(g, frac)
+    spec = make_spec(g, one_gpu(budget), swap=False)
+    finals = _final_moments(spec)
+    assume(finals)
+    firsts = data.draw(st.lists(st.sampled_from(_needed_with_inputs(spec)), unique=True, max_size=3))
+    moments = data.draw(st.permutations(data.draw(st.lists(st.sampled_from(finals), unique=True, min_size=1,
+                                                           max_size=4)) + firsts))
+    assume(len(moments) >= 2)
+    needed = bounds._needed(spec)
+    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
+    anc = {moments[0]: bounds._reach(spec.in_ptr, spec.in_idx, bounds._op(moments[0]), spec.n)}
+    between = data.draw(st.booleans())
+    val, _ = bounds._orders(spec, 0, needed, dst, anc, {}, (0.0, (moments[0],)), moments[1:], None, 5.0,
+                            threading.Event(), between=between)
+    found = exhaustive(g, budget)
+    if found is None:
+        event("no schedule" + (", proven" if np.isinf(val) else ""))
+        return
+    work = float(np.nan_to_num(spec.ccost[0])[needed].sum())
+    assert (work + val) / TIME_SCALE <= found[0] * (1 + 1e-6) + 1e-12
+    event("raised" if val > 0 else "not raised")

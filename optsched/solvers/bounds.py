@@ -85,6 +85,15 @@ where the schedule that came closest overflowed, in every order, they prove what
 99% of its keep-everything memory: its last decoder gradient and the output projection both read a 546 MB weight
 and come in either order; the one first holds the weight while the other's 413 MB input is made, or that input
 beside the other's input: no schedule fits, in 0.6 s).
+
+A moment need not be a first computation. The final computation of a required result w (w, -1) is followed by w
+held to the end and never computed again; the last computation of v before it (v, w) by v held until then. Their
+order against first computations is known only where a first computation is of an ancestor (or of the same
+operation), so `_orders` tries the rest. Whichever of several weight gradients is computed for the last time last,
+the others are held from their own final computations on, beside the gradient input it reads and what its other
+input is computed again from (`final_moments`, which `no_fit` tries first: the 37-node MLP at 75% of its
+keep-everything memory, three 256 kB weight gradients each reading a 1 MB gradient that a 3 MB ReLU backward makes;
+no schedule fits, in 0.4 s, where the first computations have a point in every order).
 """
 
 from __future__ import annotations
@@ -114,6 +123,8 @@ _TIGHT = 12         # operations tried in turn by `_grow` (`tight_moments`), a t
 _TIERS = 2          # tiers of them: the next joins when the chain stops growing on those before
 _GROWING = 5.0      # seconds at most for `_grow`
 _FINISH = 5.0       # seconds at most, beyond those, to finish the programmes of the chains `_grow` ends with
+_FINALS = 3         # required results whose final computations `no_fit` tries first (`final_moments`)
+_FINAL_SHARE = 0.3  # of `no_fit`'s seconds, at most for those (the rest for the tight moments)
 
 
 def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | None = None,
@@ -206,43 +217,70 @@ def least_budget(spec: ModelSpec, seconds: float = _SECONDS, if_over: bool = Fal
 
 
 def no_fit(spec: ModelSpec, ids, instructions, seconds: float, stop: threading.Event | None = None,
-           upto: int | None = None) -> tuple[tuple[int, ...], int] | None:
+           upto: int | None = None) -> tuple[tuple, int] | None:
     """(moments that prove no schedule on the sole device fits its budget, the budget below which nothing fits),
-    or None where that is not proven within `seconds` (or `stop` is set). `instructions`: the schedule that came
-    closest (over the budget): its tight moments (`tight_moments`, where it had least memory to spare or
-    overflowed) are taken in every order their ancestry allows (`_orders`), in the coupled programme with the
-    memory of the computations between moments (`_between`); where it has no point in any order, no schedule
-    fits. Finds what `least_budget`'s moments, taken one at a time or along one chain, miss: GNMT at 99% of its
-    keep-everything memory, where a 546 MB weight is read by two operations neither of which is an ancestor of the
-    other (0.6 s), and the CNN at 65%. `upto` (bytes, a budget at which a schedule was found): the budget is then
-    raised by bisection, over the same moments, while the proof holds, in the seconds left."""
+    or None where that is not proven within `seconds` (or `stop` is set). The moments are taken in every order
+    their ancestry allows (`_orders`), in the coupled programme with the memory of the computations between moments
+    (`_between`); where it has no point in any order, no schedule fits. First, for up to _FINAL_SHARE of the
+    seconds, the final computations of the largest weight gradients and the last computations of their inputs
+    before them (`final_moments`); then the tight moments of `instructions`, the schedule that came closest (over
+    the budget: `tight_moments`, where it had least memory to spare or overflowed). These find what
+    `least_budget`'s moments, taken one at a time or along one chain, miss: GNMT at 99% of its keep-everything
+    memory, where a 546 MB weight is read by two operations neither of which is an ancestor of the other (0.6 s),
+    the CNN at 65%, and the 37-node MLP at 75%. `upto` (bytes, a budget at which a schedule was found): the budget
+    is then raised by bisection, over the same moments, while the proof holds, in the seconds left."""
     needed = _needed(spec)
     d = _sole_device(spec, needed)
-    ms = tight_moments(spec, ids, instructions) if d is not None else []
-    if len(ms) < 2:
+    if d is None:
         return None
     t0 = time.perf_counter()
     stop = stop or threading.Event()
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
-    anc = {ms[0]: _reach(spec.in_ptr, spec.in_idx, ms[0], spec.n)}
 
-    def proof(b: int) -> tuple[int, ...] | None:
+    def proof(ms: list, b: int, until: float, anc: dict) -> tuple | None:
         budget = spec.budget.copy()
         budget[d] = b
         val, at = _orders(replace(spec, budget=budget), d, needed, dst, anc, {}, (0.0, (ms[0],)), ms[1:],
-                          None, seconds - (time.perf_counter() - t0), stop, between=True)
+                          None, until - time.perf_counter(), stop, between=True)
         return at if np.isinf(val) else None
 
     lo = int(spec.budget[d])
-    at = proof(lo)
-    if at is None:
-        return None
-    hi = upto if upto is not None and upto > lo else lo + 1
-    while hi - lo > max(1, hi // 1000) and time.perf_counter() - t0 < seconds and not stop.is_set():
-        mid = (lo + hi) // 2
-        more = proof(mid)
-        lo, hi, at = (mid, hi, more) if more is not None else (lo, mid, at)
-    return at, lo + 1
+    for ms, share in ((final_moments(spec, needed), _FINAL_SHARE), (tight_moments(spec, ids, instructions), 1.0)):
+        if len(ms) < 2:
+            continue
+        anc = {ms[0]: _reach(spec.in_ptr, spec.in_idx, _op(ms[0]), spec.n)}
+        at = proof(ms, lo, t0 + share * seconds, anc)
+        if at is None:
+            continue
+        hi = upto if upto is not None and upto > lo else lo + 1
+        while hi - lo > max(1, hi // 1000) and time.perf_counter() - t0 < seconds and not stop.is_set():
+            mid = (lo + hi) // 2
+            more = proof(ms, mid, t0 + seconds, anc)
+            lo, hi, at = (mid, hi, more) if more is not None else (lo, mid, at)
+        return at, lo + 1
+    return None
+
+
+def final_moments(spec: ModelSpec, needed: np.ndarray) -> list[tuple[int, int]]:
+    """`no_fit`'s first moments: for the _FINALS largest required results that nothing reads and that are computed,
+    not loaded (weight gradients), the final computation (w, -1) and the last computation before it of the input
+    whose computation holds the most (its inputs, output and workspace: the gradient a ReLU backward makes, not
+    the activation). Whichever of them is computed last, that input is made there beside the others, held since
+    their own final computations, and beside what its other input is computed again from (the 37-node MLP at 75%
+    of its keep-everything memory: three 256 kB weight gradients, each reading a 1 MB gradient that a 3 MB ReLU
+    backward makes; no schedule fits, proven in 0.4 s, where the moments at first computations have a point in
+    every order)."""
+    n = spec.n
+    dst = np.repeat(np.arange(n), np.diff(spec.in_ptr))
+    ops = np.bincount(dst, weights=spec.nbytes[spec.in_idx], minlength=n) + spec.nbytes + spec.ws
+    ws = np.flatnonzero(spec.required & needed & ~spec.once & (np.diff(spec.out_ptr) == 0))
+    out = []
+    for w in ws[np.argsort(-spec.nbytes[ws], kind="stable")][:_FINALS].tolist():
+        ins = np.unique(spec.in_idx[spec.in_ptr[w]:spec.in_ptr[w + 1]])
+        ins = ins[~spec.once[ins]]
+        if ins.size:
+            out += [(w, -1), (int(ins[np.argmax(ops[ins])]), w)]
+    return out
 
 
 def moment_plans(spec: ModelSpec, count: int = _INTEGER, seconds: float = _SECONDS,
@@ -626,22 +664,38 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
     t0 = time.perf_counter()
     for y in moments:
         if y not in anc:
-            anc[y] = _reach(spec.in_ptr, spec.in_idx, y, spec.n)
+            anc[y] = _reach(spec.in_ptr, spec.in_idx, _op(y), spec.n)
     leaves = [start]
     while True:
-        val, seq = min(leaves)
+        val, seq = min(leaves, key=lambda leaf: leaf[0])
         left = seconds - (time.perf_counter() - t0)
         y = next((m for m in moments if m not in seq), None)
         if y is None or left <= 0 or (reach is not None and val >= reach) or not np.isfinite(val) or stop.is_set():
             return val, seq
-        lo = max((i + 1 for i, x in enumerate(seq) if anc[y][x]), default=0)
-        hi = min((i for i, x in enumerate(seq) if anc[x][y]), default=len(seq))
+        lo = max((i + 1 for i, x in enumerate(seq) if _precedes(anc, x, y)), default=0)
+        hi = min((i for i, x in enumerate(seq) if _precedes(anc, y, x)), default=len(seq))
         orders = [seq[:p] + (y,) + seq[p:] for p in range(lo, hi + 1)]
         problems = [_coupled(spec, d, list(o), needed, dst, anc, single, between=between)[0] for o in orders]
         left = seconds - (time.perf_counter() - t0)     # all of it, each: the bound needs every order to reach
         vals = _side_by_side(problems, left, reach, stop)
         leaves.remove((val, seq))
         leaves.extend((max(v, val), o) for v, o in zip(vals, orders, strict=True))
+
+
+def _op(m) -> int:
+    """The operation computed at moment m: x for x (its first computation), w for (w, -1) (the final computation
+    of a required result w, resident from there to the end), v for (v, w) (v's last computation before w's final
+    one, v held from there to it)."""
+    return m[0] if isinstance(m, tuple) else m
+
+
+def _precedes(anc: dict, a, b) -> bool:
+    """Whether moment a comes before moment b, or at it, in every schedule (`anc[m]`: the ancestors of m's
+    operation): a's operation is an ancestor of b's, or b's too (a first computation before any other), or
+    a = (v, w) and b = (w, -1)."""
+    if isinstance(a, tuple):
+        return a[1] >= 0 and b == (a[1], -1)
+    return bool(anc[b][a]) or (isinstance(b, tuple) and b[0] == a)
 
 
 def _side_by_side(problems: list, seconds: float, cutoff: float | None, stop: threading.Event) -> list[float]:
@@ -755,30 +809,35 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
     # earlier moment or its ancestor), -1 either way (a column p_j[v]), 0 neither (after it, x_j itself, or no
     # schedule needs it); after[j, v]: v is computed after x_j (a later moment or a descendant of one) and some
     # schedule needs it
+    ops = [_op(m) for m in chain]
     pre = np.zeros((k, n), dtype=np.int8)
     after = np.zeros((k, n), dtype=bool)
     below = np.zeros(n, dtype=bool)
-    for j, x in enumerate(chain):
-        below |= anc[x]
+    for j, (m, x) in enumerate(zip(chain, ops, strict=True)):
+        below |= anc[m]
         pre[j, below] = 1
+        pre[j, x] = 0       # computed at x_j (at a final moment, maybe again)
         below[x] = True
     made = None if spec.output_of is None or (spec.output_of < 0).all() else spec.output_of
     above = np.zeros(n, dtype=bool)
     own = np.ones(k, dtype=bool)        # own[j]: every later moment, and what it computes, lies below x_j
     for j in range(k - 1, -1, -1):
-        desc = _reach(spec.out_ptr, spec.out_idx, chain[j], n)
+        # only a first computation has its descendants after it, and comes after the moments before it
+        desc = np.zeros(n, dtype=bool) if isinstance(chain[j], tuple) else _reach(spec.out_ptr, spec.out_idx,
+                                                                                  chain[j], n)
         own[j] = not (above & ~desc).any()
         above |= desc
         after[j] = needed & above
-        above[chain[j]] = True
+        if not isinstance(chain[j], tuple):
+            above[ops[j]] = True
         if made is not None:
             # an op's other output whose maker is computed before x_j, once: made by that run, so before x_j too
             o = np.flatnonzero((made >= 0) & needed & (pre[j] == 0) & ~after[j])
-            o = o[(pre[j, made[o]] == 1) & spec.once[made[o]] & (o != chain[j])]
+            o = o[(pre[j, made[o]] == 1) & spec.once[made[o]] & (o != ops[j])]
             pre[j, o] = 1
         if free:
             pre[j, needed & (pre[j] == 0) & ~after[j]] = -1
-            pre[j, chain[j]] = 0
+            pre[j, ops[j]] = 0
     V = [np.flatnonzero(p != 0) for p in pre]           # per moment: the operations with columns s, r
     F = [np.flatnonzero(p == -1) for p in pre]          # and the free ones among them, with a column p
     S, R, P = (np.full((k, n), -1, dtype=np.int64) for _ in range(3))
@@ -788,6 +847,11 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
         R[j, v] = ncol + v.size + np.arange(v.size)
         P[j, f] = ncol + 2 * v.size + np.arange(f.size)
         ncol += 2 * v.size + f.size
+    # at a final moment, x_j's computation there: r_j[x_j] fixed at 1 (it may be its first), for the rows that ask
+    # whether x_j was computed since an earlier moment
+    finals = np.array([j for j, m in enumerate(chain) if isinstance(m, tuple)], dtype=np.int64)
+    R[finals, np.asarray(ops, dtype=np.int64)[finals]] = ncol + np.arange(finals.size)
+    ncol += finals.size
     # between x_j and x_{j+1}: a_j[u] (u resident at both and not computed again between, so all along), A_j
     # (their bytes)
     W = [np.intersect1d(V[j], V[j + 1], assume_unique=True) for j in range(k - 1)] if between else []
@@ -799,14 +863,21 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
         ncol += w.size + 1
     cost, lb, ub = np.zeros(ncol), np.zeros(ncol), np.ones(ncol)
     ub[A] = np.inf
-    for j, (x, v) in enumerate(zip(chain, V, strict=True)):
+    lb[R[finals, np.asarray(ops, dtype=np.int64)[finals]]] = 1.0
+    for j, (x, v) in enumerate(zip(ops, V, strict=True)):
         lb[S[j, src[spec.in_ptr[x]:spec.in_ptr[x + 1]]]] = 1.0
         cost[R[j, v]] = np.nan_to_num(spec.ccost[d, v])
         ub[R[j, v[spec.once[v]]]] = 0.0
+        # held from a final moment (w, -1) to the end, and from (v, w) to w's final moment, and not computed again
+        if isinstance(chain[j], tuple):
+            until = k if chain[j][1] < 0 else next((i for i in range(j + 1, k) if chain[i] == (chain[j][1], -1)), j)
+            held = np.array([i for i in range(j + 1, until) if ops[i] != x], dtype=np.int64)
+            lb[S[held, x][S[held, x] >= 0]] = 1.0
+            ub[R[held, x][R[held, x] >= 0]] = 0.0
     upto = np.full((k, n), k, dtype=np.int64)           # upto[j, w]: the first i > j with w = x_i or above it
     for i in range(k - 1, 0, -1):
         mine = anc[chain[i]].copy()
-        mine[chain[i]] = True
+        mine[ops[i]] = True
         upto[:i, mine] = i
     ri, ci, vi, lo, hi = [], [], [], [], []             # entries (row, column, value) and row bounds
 
@@ -821,7 +892,7 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
         hi.extend(np.broadcast_to(np.asarray(high, dtype=float), (m,)).tolist())
         return np.arange(first, first + m)
 
-    for j, (x, v, f) in enumerate(zip(chain, V, F, strict=True)):
+    for j, (x, v, f) in enumerate(zip(ops, V, F, strict=True)):
         # memory at x_j
         add(np.repeat(new_rows(1, -np.inf, spec.budget[d] - spec.nbytes[x] - spec.ws[x]), v.size), S[j, v],
             spec.nbytes[v])
@@ -870,10 +941,12 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
         fv, fw = pre[j, es] == -1, (ew >= 0) & (pre[j, ew] == -1)
         add(rid[fv], P[j, es[fv]], -1.0)
         add(rid[fw], P[j, ew[fw]], 1.0)
-        # a recomputation before x_{j+1} reads inputs resident at x_j or computed again before it
+        # a recomputation before x_{j+1} reads inputs resident at x_j or computed again before it (x_j itself, at a
+        # final moment, is computed there: its r_j is 1)
         e = (pre[j, dst] != 0) & ~spec.once[dst]
         rid = new_rows(int(e.sum()), 0.0, np.inf)
-        add(rid, S[j, src[e]], 1.0)
+        on = S[j, src[e]] >= 0
+        add(rid[on], S[j, src[e][on]], 1.0)
         add(rid, R[j, src[e]], 1.0)
         add(rid, R[j, dst[e]], -1.0)
         # resident at x_{j+1} and computed before x_j: resident at x_j or computed again in between
@@ -886,13 +959,13 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
             add(rid, S[j + 1, w], -1.0)
             add(rid[fr], P[j, w[fr]], -1.0)
         if between and j + 1 < k:
-            _between(spec, d, j, x, chain[j + 1], pre, after, dst, S, R, P, a, A, W[j], add, new_rows)
+            _between(spec, d, j, x, ops[j + 1], pre, after, dst, S, R, P, a, A, W[j], add, new_rows)
         # every schedule recomputes at least x_j's own bound after it, counted over x_j's columns: only where no
         # later moment takes some of them (an operation beside x_j below a later moment, computed again after it)
-        if single.get(x, 0.0) > 0 and own[j]:
+        if single.get(chain[j], 0.0) > 0 and own[j]:
             cs = R[j:, v].ravel()
             cs = cs[cs >= 0]
-            add(np.repeat(new_rows(1, single[x], np.inf), cs.size), cs, cost[cs])
+            add(np.repeat(new_rows(1, single[chain[j]], np.inf), cs.size), cs, cost[cs])
     rows, cols, vals = np.concatenate(ri), np.concatenate(ci), np.concatenate(vi)
     by = np.argsort(rows, kind="stable")
     start = np.searchsorted(rows[by], np.arange(len(lo) + 1))

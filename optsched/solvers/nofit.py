@@ -6,8 +6,9 @@ it, a recomputation relaxation of every schedule without a point (`bounds.lower_
 first computation, what must be resident exceeds the budget whatever is recomputed). A heuristic or a baseline
 that finds nothing proves nothing (another solver may find a schedule), so its error says "no schedule found",
 not "no schedule fits", unless one of those two holds (the second is checked at the budget, and the error then
-gives `bounds.least_budget`). The MILP, where it finds none, also tries the relaxation over the moments where its
-closest candidate overflowed, in every order and with the memory between them (`bounds.no_fit`).
+gives `bounds.least_budget`). The MILP, where it finds none, also tries the relaxation over the final computations of
+the largest weight gradients and over the moments where its closest candidate overflowed, in every order and with
+the memory between them (`bounds.no_fit`).
 """
 
 from __future__ import annotations
@@ -36,12 +37,20 @@ def unplaceable(graph: Graph, names: list[str], runs: np.ndarray, budget: np.nda
 
 
 def no_room(graph: Graph, at, between: bool = False) -> str:
-    """Why no schedule fits when the recomputation relaxation at the operations `at` has no point (`between`:
-    taken in every order, with the computations between them: `bounds.no_fit`)."""
-    names = ", ".join(repr(graph.arrays.ids[v]) for v in at)
+    """Why no schedule fits when the recomputation relaxation at the moments `at` has no point (`between`: taken
+    in every order, with the computations between them: `bounds.no_fit`). A moment is an operation's first
+    computation, (w, -1) w's final one, or (v, w) v's last computation before w's final one."""
+    ids = graph.arrays.ids
+    firsts = [repr(ids[m]) for m in at if not isinstance(m, tuple)]
+    finals = [repr(ids[m[0]]) for m in at if isinstance(m, tuple) and m[1] < 0]
+    befores = [f"{ids[m[0]]!r} before {ids[m[1]]!r}" for m in at if isinstance(m, tuple) and m[1] >= 0]
+    parts = [f"first computes {', '.join(firsts)}"] if firsts else []
+    parts += [f"computes {', '.join(finals)} for the last time"] if finals else []
+    parts += [f"last computes {', '.join(befores)}"] if befores else []
+    names = ", and ".join(parts)
     if between:
         names = f"{names}, in whichever order, or between them"
-    return f"when it first computes {names}, every schedule must hold more than the budget, whatever it recomputes"
+    return f"when it {names}, every schedule must hold more than the budget, whatever it recomputes"
 
 
 def not_found(graph: Graph, cluster: Cluster, message: str, hint: str | None = None,
