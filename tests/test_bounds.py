@@ -1108,11 +1108,18 @@ def test_the_memory_between_moments_never_exceeds_the_exhaustive_optimum(g, frac
     spec = make_spec(g, one_gpu(budget), swap=False)
     moments = data.draw(st.permutations(_needed_with_inputs(spec)))
     assume(len(moments) >= 2)
+    _check_orders_against_the_exhaustive_optimum(g, spec, budget, moments, 30.0, between=True)
+
+
+def _check_orders_against_the_exhaustive_optimum(g: Graph, spec, budget: int, moments: list, seconds: float,
+                                                 between: bool) -> None:
+    """The coupled programme over `moments` in every order (`bounds._orders`): work plus its least over the orders
+    is at most the exhaustive optimum, and infinite only where the exhaustive search finds no schedule."""
     needed = bounds._needed(spec)
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
-    anc = {moments[0]: bounds._reach(spec.in_ptr, spec.in_idx, moments[0], spec.n)}
-    val, _ = bounds._orders(spec, 0, needed, dst, anc, {}, (0.0, (moments[0],)), moments[1:], None, 30.0,
-                            threading.Event(), between=True)
+    anc = {moments[0]: bounds._reach(spec.in_ptr, spec.in_idx, bounds._op(moments[0]), spec.n)}
+    val, _ = bounds._orders(spec, 0, needed, dst, anc, {}, (0.0, (moments[0],)), moments[1:], None, seconds,
+                            threading.Event(), between=between)
     found = exhaustive(g, budget)
     if found is None:
         event("no schedule" + (", proven" if np.isinf(val) else ""))
@@ -1147,7 +1154,7 @@ def _final_moments(spec) -> list:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=training_graphs(2, 4, params=True, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.6),
        data=st.data())
 def test_final_moments_never_exceed_the_exhaustive_optimum(g, frac, data):
@@ -1163,16 +1170,4 @@ def test_final_moments_never_exceed_the_exhaustive_optimum(g, frac, data):
     moments = data.draw(st.permutations(data.draw(st.lists(st.sampled_from(finals), unique=True, min_size=1,
                                                            max_size=4)) + firsts))
     assume(len(moments) >= 2)
-    needed = bounds._needed(spec)
-    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
-    anc = {moments[0]: bounds._reach(spec.in_ptr, spec.in_idx, bounds._op(moments[0]), spec.n)}
-    between = data.draw(st.booleans())
-    val, _ = bounds._orders(spec, 0, needed, dst, anc, {}, (0.0, (moments[0],)), moments[1:], None, 5.0,
-                            threading.Event(), between=between)
-    found = exhaustive(g, budget)
-    if found is None:
-        event("no schedule" + (", proven" if np.isinf(val) else ""))
-        return
-    work = float(np.nan_to_num(spec.ccost[0])[needed].sum())
-    assert (work + val) / TIME_SCALE <= found[0] * (1 + 1e-6) + 1e-12
-    event("raised" if val > 0 else "not raised")
+    _check_orders_against_the_exhaustive_optimum(g, spec, budget, moments, 5.0, between=data.draw(st.booleans()))
