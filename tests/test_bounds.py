@@ -1090,7 +1090,7 @@ def test_the_final_computations_prove_that_nothing_fits_where_the_first_ones_do_
     assert bounds.no_fit(make_spec(g, one_gpu(70), swap=False), ids, kept, 10.0, upto=100)[1] == 84
     assert bounds.no_fit(make_spec(g, one_gpu(84), swap=False), ids, kept, 10.0) is None
     # the moments at first computations alone, where the schedule had least to spare, in every order: no proof
-    monkeypatch.setattr(bounds, "final_moments", lambda spec, needed: [])
+    monkeypatch.setattr(bounds, "final_moments", lambda spec, needed, dst: [])
     assert bounds.no_fit(spec, ids, kept, 10.0) is None
     monkeypatch.undo()
     with pytest.raises(InfeasibleError) as e:

@@ -201,8 +201,7 @@ def least_budget(spec: ModelSpec, seconds: float = _SECONDS, if_over: bool = Fal
                 return False
         return len(chain) < 2 or feasible(_coupled(at, d, chain, needed, dst, anc, {}, free=False)[0])
 
-    # each operation a schedule must compute holds its inputs, output and workspace at once
-    ops = np.bincount(dst, weights=spec.nbytes[spec.in_idx], minlength=spec.n) + spec.nbytes + spec.ws
+    ops = _op_need(spec, dst)     # each operation a schedule must compute holds these at once
     lo, hi = int(ops[needed].max(initial=0)) - 1, int(spec.nbytes.sum() + spec.ws.max(initial=0))
     if if_over:
         if fits(int(spec.budget[d])):
@@ -245,7 +244,8 @@ def no_fit(spec: ModelSpec, ids, instructions, seconds: float, stop: threading.E
         return at if np.isinf(val) else None
 
     lo = int(spec.budget[d])
-    for ms, share in ((final_moments(spec, needed), _FINAL_SHARE), (tight_moments(spec, ids, instructions), 1.0)):
+    for ms, share in ((final_moments(spec, needed, dst), _FINAL_SHARE),
+                      (tight_moments(spec, ids, instructions), 1.0)):
         if len(ms) < 2:
             continue
         anc = {ms[0]: _reach(spec.in_ptr, spec.in_idx, _op(ms[0]), spec.n)}
@@ -261,7 +261,12 @@ def no_fit(spec: ModelSpec, ids, instructions, seconds: float, stop: threading.E
     return None
 
 
-def final_moments(spec: ModelSpec, needed: np.ndarray) -> list[tuple[int, int]]:
+def _op_need(spec: ModelSpec, dst: np.ndarray) -> np.ndarray:
+    """Per operation, its inputs, output and workspace in bytes (`dst[e]` reads the input `spec.in_idx[e]`)."""
+    return np.bincount(dst, weights=spec.nbytes[spec.in_idx], minlength=spec.n) + spec.nbytes + spec.ws
+
+
+def final_moments(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> list[tuple[int, int]]:
     """`no_fit`'s first moments: for the _FINALS largest required results that nothing reads and that are computed,
     not loaded (weight gradients), the final computation (w, -1) and the last computation before it of the input
     whose computation holds the most (its inputs, output and workspace: the gradient a ReLU backward makes, not
@@ -270,12 +275,10 @@ def final_moments(spec: ModelSpec, needed: np.ndarray) -> list[tuple[int, int]]:
     of its keep-everything memory: three 256 kB weight gradients, each reading a 1 MB gradient that a 3 MB ReLU
     backward makes; no schedule fits, proven in 0.4 s, where the moments at first computations have a point in
     every order)."""
-    n = spec.n
-    dst = np.repeat(np.arange(n), np.diff(spec.in_ptr))
-    ops = np.bincount(dst, weights=spec.nbytes[spec.in_idx], minlength=n) + spec.nbytes + spec.ws
-    ws = np.flatnonzero(spec.required & needed & ~spec.once & (np.diff(spec.out_ptr) == 0))
+    ops = _op_need(spec, dst)
+    grads = np.flatnonzero(spec.required & needed & ~spec.once & (np.diff(spec.out_ptr) == 0))
     out = []
-    for w in ws[np.argsort(-spec.nbytes[ws], kind="stable")][:_FINALS].tolist():
+    for w in grads[np.argsort(-spec.nbytes[grads], kind="stable")][:_FINALS].tolist():
         ins = np.unique(spec.in_idx[spec.in_ptr[w]:spec.in_ptr[w + 1]])
         ins = ins[~spec.once[ins]]
         if ins.size:
