@@ -352,36 +352,76 @@ def test_dropped_gradients_stay_one_computation_from_what_is_resident(name, frac
                 computed.add(v)
 
 
-def test_checked_keeps_the_faster_of_the_plans_with_and_without_the_deferral():
+def test_checked_keeps_the_fastest_of_the_plans_in_every_variant():
     from optsched.solvers.heuristics import _checked
+    from optsched.solvers.memplan import VARIANTS
 
     g = chain_graph(8)
     cl = single_accelerator(10**9)
     fast = list(keep_everything(g, cl).instructions)
     slow = list(SOLVERS["chen-sqrt"](g, cl, SolveOptions()).instructions)
     assert simulate(g, cl, Schedule(tuple(slow))).makespan > simulate(g, cl, Schedule(tuple(fast))).makespan
+    assert len(VARIANTS) == 4
     calls = []
 
     def build(plans):
-        def b(scale, defer):
-            calls.append(defer)
-            out = plans[defer]
+        def b(scale, variant):
+            k = VARIANTS.index(variant) if variant else None
+            calls.append(k)
+            out = plans[k]
             if isinstance(out, Exception):
                 raise out
             return out
         return b
 
-    for plans, want in (({True: fast, False: slow}, fast), ({True: slow, False: fast}, fast),
-                        ({True: InfeasibleError("no room"), False: slow}, slow)):
+    none = InfeasibleError("no room")
+    for plans, want in (({0: fast, 1: slow, 2: slow, 3: slow}, fast), ({0: slow, 1: slow, 2: slow, 3: fast}, fast),
+                        ({0: none, 1: slow, 2: none, 3: none}, slow)):
         calls.clear()
         s = _checked(g, cl, "dtr", SolveOptions(), build(plans), 0.0)
-        assert list(s.instructions) == want and calls == [True, False]
+        assert list(s.instructions) == want and calls == [0, 1, 2, 3]
     calls.clear()
     s = _checked(g, cl, "offload-all", SolveOptions(), build({None: slow}), 0.0, drops=False)
     assert list(s.instructions) == slow and calls == [None]
     with pytest.raises(InfeasibleError, match="no room"):
-        _checked(g, cl, "dtr", SolveOptions(), build({True: InfeasibleError("no room"),
-                                                      False: InfeasibleError("none either")}), 0.0)
+        _checked(g, cl, "dtr", SolveOptions(), build({0: none, 1: InfeasibleError("none either"), 2: none,
+                                                      3: none}), 0.0)
+
+
+def deep_graph():
+    """y reads s, one computation from a, and r, three from a through q(a, p). Recomputing y while g (35 B) is held:
+    s first holds s beside a, p and q (76 B with x, g and the others); r first, 66 B."""
+    c, z = {"cuda": 1e-3}, {"cuda": 0.0}
+    return check_graph(Graph((
+        Node("x", "data", "input", (), z, 1, recomputable=False),
+        Node("a", "op", "forward", ("x",), c, 10),
+        Node("s", "op", "forward", ("a",), c, 10),
+        Node("p", "op", "forward", ("a",), c, 10),
+        Node("q", "op", "forward", ("a", "p"), c, 10),
+        Node("r", "op", "forward", ("q",), c, 10),
+        Node("y", "op", "forward", ("s", "r"), c, 10),
+        Node("h1", "op", "forward", ("x",), c, 20),      # 60 B at once: y cannot stay
+        Node("h2", "op", "forward", ("h1",), c, 20),
+        Node("h3", "op", "forward", ("h1", "h2"), c, 20),
+        Node("g", "op", "forward", ("h3",), c, 35),
+        Node("z", "loss", "loss", ("g", "y"), c, 1, required=True),
+    ), name="deep"))
+
+
+def test_a_recomputation_takes_its_deepest_input_first():
+    """The planner recomputes y for z in z's own step, from x, which it must hold through that step (its last
+    reader's); with y's inputs in their order it holds s through r's chain and finds no room at 70 B."""
+    g = deep_graph()
+    cl = Cluster((Device("gpu0", "cuda", 70),))
+    place, order = np.zeros(len(g), dtype=int), g.arrays.topo
+    for defer in (True, False):
+        with pytest.raises(InfeasibleError, match="66 B held"):
+            plan(g, cl, place, order, swap=False, policy="dtr", deep_first=False, defer_chains=defer)
+        r = simulate(g, cl, Schedule(tuple(plan(g, cl, place, order, swap=False, policy="dtr", deep_first=True,
+                                                defer_chains=defer))))
+        assert r.valid and r.peak["gpu0"] == 66 and r.recomputed == 7
+    r = simulate(g, cl, SOLVERS["dtr"](g, cl, SolveOptions(swap=False)))
+    assert r.valid and r.peak["gpu0"] == 66
 
 
 def test_deferring_the_drops_that_chain_gradients_pays_on_the_shipped_bert():

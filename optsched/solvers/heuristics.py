@@ -38,7 +38,7 @@ from ..errors import InfeasibleError, OptschedError
 from ..graph import KINDS, Graph
 from ..schedule import Schedule, SolveReport
 from ..simulate import simulate
-from .memplan import find_host, plan
+from .memplan import VARIANTS, find_host, plan
 from .nofit import not_found
 from .options import SolveOptions
 from .partition import metf as metf_place
@@ -55,21 +55,22 @@ def _verify_default(graph: Graph) -> bool:
 
 def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, build, t0: float,
              extra=None, drops: bool = True) -> Schedule:
-    """Run `build(budget_scale, defer_chains)`; check in the simulator, without the copies nothing reads
-    (`polish.drop_unread_copies`; params {"drop_unread": False} keeps them); shrink and retry on overflow. Where the
-    plan may drop values (`drops`) and the graph is small enough to plan twice, the plans with and without deferring the
-    drops that chain gradients (`memplan.chained`) are both made and the faster is kept: the deferral gives ResNet-50
-    at 30% of its keep-everything memory a plan at all, but the shipped BERT at 878 MB, one accelerator without
-    swapping, is 3.3% faster without it."""
+    """Run `build(budget_scale, variant)` (`memplan.plan`'s keywords); check in the simulator, without the copies
+    nothing reads (`polish.drop_unread_copies`; params {"drop_unread": False} keeps them); shrink and retry on
+    overflow. Where the plan may drop values (`drops`) and the graph is small enough to plan several times, a plan
+    is made in each of `memplan.VARIANTS` and the fastest is kept: deferring the drops that chain gradients gives
+    ResNet-50 at 30% of its keep-everything memory a plan at all, but the shipped BERT at 878 MB, one accelerator
+    without swapping, is 3.3% faster without it; recomputing the deepest input first gives GPT-2 at 30% a plan
+    under DTR, and is 19% slower at 35%."""
     verify = bool(options.params.get("verify", True))
-    both = drops and verify and options.recompute and len(graph) <= _PLAN_TWICE
-    variants = (True, False) if both else (None,)
+    every = drops and verify and options.recompute and len(graph) <= _PLAN_TWICE
+    variants = VARIANTS if every else ({},)
     last = None
     for scale in (1.0, 0.95, 0.85, 0.7):
         best, errors = None, []
-        for defer in variants:
+        for variant in variants:
             try:
-                ins = build(scale, defer)
+                ins = build(scale, variant)
             except InfeasibleError as e:
                 errors.append(e)
                 continue
@@ -99,7 +100,7 @@ def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, b
                     hint="another solver may: milp, lp-rounding, or allow swapping")
 
 
-_PLAN_TWICE = 20000     # nodes, at most, for planning with and without the deferral (`_checked`)
+_PLAN_TWICE = 20000     # nodes, at most, for planning in every variant (`_checked`)
 
 
 def _single_device_inputs(graph: Graph, cluster: Cluster, options: SolveOptions):
@@ -144,9 +145,9 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
         except Exception:  # noqa: BLE001 - some node cannot run on one accelerator: keep the placement
             pass
 
-    def build(scale, defer):
+    def build(scale, variant):
         return plan(graph, cluster, place, order, est, policy=policy, swap=options.swap,
-                    recompute=options.recompute, budget_scale=scale, defer_chains=defer)
+                    recompute=options.recompute, budget_scale=scale, **variant)
 
     best, err = None, None
     try:
@@ -158,9 +159,9 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
         try:
             splace, sorder, sest = _one_accelerator(graph, cluster, options, rounds)
             single = _checked(graph, cluster, "heuristic", options,
-                              lambda s, defer: plan(graph, cluster, splace, sorder, sest, policy=policy,
+                              lambda s, v: plan(graph, cluster, splace, sorder, sest, policy=policy,
                                                     swap=options.swap, recompute=options.recompute, budget_scale=s,
-                                                    defer_chains=defer), t0,
+                                                    **v), t0,
                               extra={"devices": 1, "placement_time": t_place})
             if best is None or single.report.objective < best.report.objective:
                 best = single
@@ -191,9 +192,9 @@ def metf(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     place, order, est = metf_place(graph, cluster, devs, fit=options.swap)
     t_place = time.perf_counter() - t0
     return _checked(graph, cluster, "metf", options,
-                    lambda s, defer: plan(graph, cluster, place, order, est,
+                    lambda s, v: plan(graph, cluster, place, order, est,
                                           policy=options.params.get("policy", "capuchin"), swap=options.swap,
-                                          recompute=options.recompute, budget_scale=s, defer_chains=defer), t0,
+                                          recompute=options.recompute, budget_scale=s, **v), t0,
                     extra={"devices": len(set(place.tolist())), "placement_time": t_place})
 
 
@@ -210,7 +211,7 @@ def offload_all(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     a = graph.arrays
     fwd = np.flatnonzero(a.kind == _FORWARD)
     return _checked(graph, cluster, "offload-all", options,
-                    lambda s, defer: plan(graph, cluster, place, order, est, policy="capuchin", swap=True,
+                    lambda s, v: plan(graph, cluster, place, order, est, policy="capuchin", swap=True,
                                           recompute=False, offload=fwd, budget_scale=s, prefetch=False,
                                           host_fallback=False), t0,
                     extra={"offloaded": int(fwd.size)}, drops=False)
@@ -220,6 +221,6 @@ def dtr(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) 
     t0 = time.perf_counter()
     place, order, est = _single_device_inputs(graph, cluster, options)
     return _checked(graph, cluster, "dtr", options,
-                    lambda s, defer: plan(graph, cluster, place, order, est, policy="dtr",
+                    lambda s, v: plan(graph, cluster, place, order, est, policy="dtr",
                                           swap=bool(options.params.get("swap", options.swap)), recompute=True,
-                                          budget_scale=s, host_fallback=False, defer_chains=defer), t0)
+                                          budget_scale=s, host_fallback=False, **v), t0)

@@ -73,6 +73,7 @@ from .partition import first_readers
 
 _BACKWARD = (KINDS.index("backward"), KINDS.index("optimizer"), KINDS.index("loss"))
 _SAMPLE = 24   # eviction candidates examined per eviction when many are resident
+_LOOK = 64     # ancestors counted when ordering a recomputation's inputs (`deepest_first`)
 
 
 def find_host(cluster: Cluster, accel: list[int]) -> int | None:
@@ -101,30 +102,34 @@ def defer_sources(graph: Graph, order) -> np.ndarray:
 
 
 def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, defer_chains: bool | None = None,
-         **kw) -> list[Instruction]:
+         deep_first: bool | None = None, **kw) -> list[Instruction]:
     """Instructions for computing `order` (node positions) with node v on device
     `place[v]`, within every device's budget; with `host_fallback` and `swap`,
     v runs on the host when its device cannot make room for it. Raises
     InfeasibleError when it cannot make room. Other keyword arguments: `_plan`'s.
-    `defer_chains`: drop last what would chain gradients (`chained`), or not; None:
-    defer, and where that ends with nothing left to evict, plan again without
-    (eviction paths differ with the order of drops: a random 40-operation graph at
-    70% of its keep-everything memory under DTR has a plan only without)."""
-    if defer_chains is not None:
-        return _plan(graph, cluster, place, order, est, defer_chains=defer_chains, **kw)
-    try:
-        return _plan(graph, cluster, place, order, est, defer_chains=True, **kw)
-    except InfeasibleError as first:
+    `defer_chains`: drop last what would chain gradients (`chained`), or not; `deep_first`: recompute the input
+    with the most to recompute first (`deepest_first`), or take the inputs in their order. None: each way in turn
+    (`VARIANTS`; deep_first only where it recomputes) until one has a plan. Eviction paths differ with the order
+    of drops: a random 40-operation graph at 70% of its keep-everything memory under DTR has a plan only without
+    the deferral; GPT-2 at 30%, one accelerator without swapping, only with the deep inputs first."""
+    variants = [v for v in VARIANTS if defer_chains in (None, v["defer_chains"])
+                and deep_first in (None, v["deep_first"]) and (kw.get("recompute", True) or not v["deep_first"])]
+    first = None
+    for v in variants:
         try:
-            return _plan(graph, cluster, place, order, est, defer_chains=False, **kw)
-        except InfeasibleError:
-            raise first from None
+            return _plan(graph, cluster, place, order, est, **v, **kw)
+        except InfeasibleError as e:
+            first = first or e
+    raise first from None
+
+
+VARIANTS = tuple({"defer_chains": defer, "deep_first": deep} for deep in (False, True) for defer in (True, False))
 
 
 def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str = "capuchin", swap: bool = True,
           recompute: bool = True, offload=None, budget_scale: float = 1.0, lookahead: float = 1.5,
           prefetch: bool = True, prefetch_room: float = 0.9, seed: int = 0,
-          host_fallback: bool = True, defer_chains: bool = True) -> list[Instruction]:
+          host_fallback: bool = True, defer_chains: bool = True, deep_first: bool = False) -> list[Instruction]:
     a = graph.arrays
     n = len(a.ids)
     ids = a.ids
@@ -222,7 +227,8 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
         return advance(u, i) < out_ptr[u + 1]
 
     # horizon[u]: the last program position that may read u, directly or to
-    # recompute a descendant through recomputable nodes
+    # recompute a descendant through recomputable nodes (during that step too:
+    # its recomputations come before its computation)
     horizon = [-1] * n
     for u in reversed(a.topo.tolist()):
         h = -1
@@ -242,7 +248,7 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
             return False
         if required[u]:
             return True
-        return not recomp[u] and horizon[u] > i
+        return not recomp[u] and horizon[u] >= i
 
     def add_res(d: int, u: int) -> None:
         res[d][u] = 1
@@ -348,7 +354,7 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
         return all(ncopies[c] > 0 for c in release_set(u, i))
 
     def release_set(u: int, i: int) -> list[int]:
-        return [c for c in cons[out_ptr[u]:out_ptr[u + 1]] if recomp[c] and horizon[c] > i]
+        return [c for c in cons[out_ptr[u]:out_ptr[u + 1]] if recomp[c] and horizon[c] >= i]
 
     def chained(u: int, i: int) -> bool:
         """Dropping u would chain recomputations through the backward pass: u is a backward value whose inputs are
@@ -360,7 +366,7 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
             return False
         if kind[u] in _BACKWARD and any(ncopies[in_idx[j]] == 0 for j in range(in_ptr[u], in_ptr[u + 1])):
             return True
-        return any(kind[x] in _BACKWARD and ncopies[x] == 0 and computed[x] and horizon[x] > i
+        return any(kind[x] in _BACKWARD and ncopies[x] == 0 and computed[x] and horizon[x] >= i
                    for x in cons[out_ptr[u]:out_ptr[u + 1]])
 
     def victim_score(u: int, d: int, i: int, tnow: float):
@@ -546,6 +552,29 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
                     unprotect_inputs(w)
             raise
 
+    def missing(x: int, d: int) -> int:
+        """Bytes that recomputing x on d makes: x and its ancestors not resident there (up to _LOOK of them)."""
+        total, seen, todo = 0, {x}, [x]
+        while todo and len(seen) <= _LOOK:
+            u = todo.pop()
+            if res[d][u] or ncopies[u] > 0 or not recomp[u]:
+                continue
+            total += nbytes[u]
+            for j in range(in_ptr[u], in_ptr[u + 1]):
+                if in_idx[j] not in seen:
+                    seen.add(in_idx[j])
+                    todo.append(in_idx[j])
+        return total
+
+    def deepest_first(w: int, d: int) -> list[int]:
+        """w's inputs; with `deep_first`, the one whose recomputation makes most first (as Sethi and Ullman order
+        a tree's evaluation): an input recomputed first is held while the others are, so the long chain goes before
+        the short one (GPT-2's GELU: x * 0.5 beside tanh(...) of x, five 2 MB values deep)."""
+        ins = in_idx[in_ptr[w]:in_ptr[w + 1]]
+        if not deep_first or len(ins) < 2:
+            return ins
+        return sorted(ins, key=lambda x: -missing(x, d))
+
     def unprotect_inputs(w: int) -> None:
         for j in range(in_ptr[w], in_ptr[w + 1]):
             pc[in_idx[j]] -= 1
@@ -578,8 +607,7 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
             stack.append((w, True))
             for j in range(in_ptr[w], in_ptr[w + 1]):
                 pc[in_idx[j]] += 1
-            for j in range(in_ptr[w + 1] - 1, in_ptr[w] - 1, -1):
-                x = in_idx[j]
+            for x in reversed(deepest_first(w, d)):
                 if not res[d][x]:
                     if ncopies[x] > 0 or not recomp[x]:
                         fetch(x, d, protect, temps)
@@ -591,8 +619,8 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
         for j in range(in_ptr[v], in_ptr[v + 1]):
             pc[in_idx[j]] += 1
         try:
-            for j in range(in_ptr[v], in_ptr[v + 1]):
-                fetch(in_idx[j], d, protect, temps)
+            for x in deepest_first(v, d):
+                fetch(x, d, protect, temps)
             for j in range(in_ptr[v], in_ptr[v + 1]):
                 if not res[d][in_idx[j]]:   # pragma: no cover - protected inputs are never evicted
                     fetch(in_idx[j], d, protect, temps)
