@@ -198,7 +198,8 @@ class MilpBug(RuntimeError):
 def _candidates(graph, cluster, options, beside=None):
     """Valid schedules to warm-start from and fall back on: the baselines, then
     the heuristic (and m-ETF where there are several accelerators), which often
-    beat the baselines by using the host and other devices, and the rounding of
+    beat the baselines by using the host and other devices, DTR on one accelerator
+    (GPT-2 at 30% of its keep-everything memory: the only one that fits), and the rounding of
     the model's LP relaxation (`rounding.py`), which beats them all at tight
     budgets. `beside(candidates so far)`: work for the core the LP leaves idle
     (`_roundings`)."""
@@ -206,12 +207,15 @@ def _candidates(graph, cluster, options, beside=None):
     from . import heuristics as H
 
     fns = [getattr(B, nm) for nm in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, nm)]
-    fns.append(H.heuristic)
+    fns += [H.heuristic, H.dtr]
     if sum(d.kind == "cuda" for d in cluster.devices) > 1 and options.devices != 1:
         fns.append(H.metf)
     out = []
     for fn in fns:
-        s = _candidate(graph, cluster, options, fn)
+        try:
+            s = _candidate(graph, cluster, options, fn, proofs=True)
+        except InfeasibleError:     # proven that nothing fits: the others would prove it again (seconds each)
+            return out
         if s is not None:
             out.append((fn.__name__.replace("_", "-"), s, simulate(graph, cluster, s)))
     # the LP rounding costs an LP solve: only where it may start the MILP and the others leave room to gain
@@ -276,14 +280,17 @@ _POOR = 3.0               # a candidate this many times keep-everything's one-de
 _ROOM = 0.01              # skip lp-rounding when a candidate is within 1% of keep-everything's one-device time
 
 
-def _candidate(graph, cluster, options, fn, share=_CANDIDATE_SHARE, params=None):
+def _candidate(graph, cluster, options, fn, share=_CANDIDATE_SHARE, params=None, proofs: bool = False):
     """`fn`'s schedule (with `params`, none of the MILP's); where it finds none that fits, the one with the smallest
     peak it reached (over the budget: `_infeasible` reports it as the smallest budget at which a schedule was
-    found), if any."""
+    found), if any. `proofs`: raise its InfeasibleError where it proves, with the budget below which nothing fits
+    (`nofit.not_found`), that no schedule fits."""
     try:
         return fn(graph, cluster, replace(options, warm_start=None, progress=None, params=params or {},
                                           time_limit=options.time_limit * share))
     except InfeasibleError as e:
+        if proofs and e.proven and e.least is not None:
+            raise
         return e.closest
     except OptschedError:
         return None
@@ -534,6 +541,11 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
             _infeasible(graph, cluster, options, base, f"the MILP found none ({status}) and no baseline fits",
                         proven=False, spec=spec, until=deadline)
         name, sched, res = best_base
+        polished = _polished(graph, cluster, options, sched, res, floor, status, deadline)
+        if polished is not None:
+            sched, res = polished
+            name = f"{name}, polished"
+            extra["polished"] = True
         extra.update(fallback=name, makespan=res.makespan)
         status, bound = _outside_model(status, bound, res.makespan, extra, floor)
         status = _proven_status(status, res.makespan, floor, options.gap)
@@ -613,12 +625,13 @@ def _polish_time(options: SolveOptions) -> float:
 
 
 def _polished(graph, cluster, options, sched, res, floor, status, deadline):
-    """(schedule, simulation) of `polish.keep_instead_of_recompute` over the MILP's schedule when it is faster,
-    else None. The stage model fixes the order of first computations and counts memory stage by stage, so where
-    its schedule recomputes and stays more than the gap above the bound every schedule obeys, keeping a value and
-    deferring what the order computed too early often fits (the transformer at 45% of its keep-everything memory:
-    1.247x -> 1.232x keep-everything's step time, the bound 1.209x). Not after Ctrl-C, nor with params
-    {"polish": False}."""
+    """(schedule, simulation) of `polish.keep_instead_of_recompute` over the MILP's schedule (or the candidate it
+    falls back on) when it is faster, else None. The stage model fixes the order of first computations and counts
+    memory stage by stage, so where its schedule recomputes and stays more than the gap above the bound every
+    schedule obeys, keeping a value and deferring what the order computed too early often fits (the transformer at
+    45% of its keep-everything memory: 1.247x -> 1.232x keep-everything's step time, the bound 1.209x). DTR's,
+    which recomputes on demand, gains most: GPT-2 at 30%, where no other candidate fits and the stage model has no
+    point, 4.96x -> 1.81x. Not after Ctrl-C, nor with params {"polish": False}."""
     if (deadline is None or not _polish_time(options) or status == "interrupted" or not res.recomputed
             or (_gap(res.makespan, floor) or 0.0) <= options.gap):
         return None
