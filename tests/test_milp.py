@@ -195,6 +195,48 @@ def test_the_smallest_budget_found_counts_the_peaks_of_candidates_that_did_not_f
     assert f"({closest} bytes)" in str(e.value)
 
 
+def test_where_the_model_gives_no_schedule_the_fastest_candidate_comes_back_polished(monkeypatch):
+    # 30 operations at 70% of keep-everything memory: DTR recomputes 26 times where keeping some values fits (GPT-2
+    # at 30%: DTR's is the only schedule and the stage model has no point); with the model giving none, the MILP
+    # returns DTR's schedule polished, faster, still within the budget (no warm start: the model starts cold)
+    M = importlib.import_module("optsched.solvers.milp")
+    g = generate.random_training_graph(30, seed=2)
+    cl = one_gpu(int(0.7 * ke_peak(g)))
+    opts = SolveOptions(swap=False, time_limit=30, threads=1, params={"warm": False})
+    dtr = solve(g, cl, "dtr", opts)
+    slow = simulate(g, cl, dtr)
+    monkeypatch.setattr(M, "_candidates", lambda *a, **k: [("dtr", dtr, slow)])
+    monkeypatch.setattr(M, "_highs_run", lambda *a, **k: {"x": None, "status": "infeasible", "bound": None,
+                                                           "extra": {}, "notes": [], "solve_time": 0.0})
+    s = solve(g, cl, "milp", opts)
+    r = simulate(g, cl, s)
+    assert r.valid and s.report.extra["fallback"] == "dtr, polished" and "returning dtr, polished" in s.report.message
+    assert r.makespan < slow.makespan and r.recomputed < slow.recomputed
+    assert s.report.objective == pytest.approx(r.makespan) and s.report.bound <= r.makespan
+
+
+def test_the_candidates_stop_at_the_first_proof_that_nothing_fits(monkeypatch):
+    # below the budget where the recomputation bound has a point, a candidate that finds none proves that nothing
+    # fits; the later ones (the heuristic, DTR, the LP rounding) would prove it again, seconds each on large graphs,
+    # and are not run
+    M = importlib.import_module("optsched.solvers.milp")
+    H = importlib.import_module("optsched.solvers.heuristics")
+    g = captured_mlp(8)
+    cl = one_gpu(int(0.4 * ke_peak(g)))
+    opts = SolveOptions(swap=False, time_limit=30, threads=1)
+    with pytest.raises(InfeasibleError) as e:
+        solve(g, cl, "heuristic", opts)
+    assert e.value.proven and e.value.least > cl.devices[0].memory
+    called = []
+    monkeypatch.setattr(H, "dtr", lambda *a: called.append("dtr"))
+    out = M._candidates(g, cl, opts)
+    names = [name for name, _, _ in out]     # chen-greedy proves it here: articulation is not run either
+    assert not called and names == ["keep-everything", "chen-sqrt"] and not any(r.valid for _, _, r in out)
+    with pytest.raises(InfeasibleError) as e:
+        solve(g, cl, "milp", opts)
+    assert e.value.proven
+
+
 def test_infeasible_budget_says_both_numbers():
     g = generate.random_training_graph(3, 1)
     lb = memory_lower_bound(g)
