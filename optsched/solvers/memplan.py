@@ -26,10 +26,17 @@ one, each cheap while the next was resident, chain, and a backward operation
 needs the backward pass behind it again, its forward inputs held for it, until
 nothing is left to evict (ResNet-50 at 30% of its keep-everything memory on one
 accelerator without swapping: neither policy found a schedule; the heuristic's
-is now 1.65x keep-everything's step time, DTR's 2.2x). Eviction paths depend on
+is now 1.65x keep-everything's step time, DTR's 2.11x). Eviction paths depend on
 the order of drops, so `plan` plans again without the deferral where it ends
-with no room, and the solvers (`heuristics._checked`) make both plans on graphs
-of up to 20,000 operations and keep the faster.
+with no room.
+
+A recomputation takes its inputs in their order, or (`deep_first`) the one with
+the most to recompute first, as Sethi and Ullman order a tree's evaluation: an
+input recomputed first is held while the others are (GPT-2's GELU, x * 0.5
+beside tanh(...) of x, five 2 MB values deep: at 30% of its keep-everything
+memory DTR has a plan only this way). `plan` tries the variants in turn
+(`VARIANTS`); the solvers (`heuristics._checked`) make all four plans on graphs
+of up to 20,000 operations and keep the fastest.
 
 When an accelerator cannot make room for an operation (its inputs, output
 and workspace beside what must stay: tensors that cannot be recomputed
