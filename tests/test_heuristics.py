@@ -352,7 +352,7 @@ def test_dropped_gradients_stay_one_computation_from_what_is_resident(name, frac
                 computed.add(v)
 
 
-def test_checked_keeps_the_fastest_of_the_plans_in_every_variant():
+def test_checked_keeps_the_fastest_of_the_plans_in_every_variant_that_may_differ():
     from optsched.solvers.heuristics import _checked
     from optsched.solvers.memplan import VARIANTS
 
@@ -375,11 +375,14 @@ def test_checked_keeps_the_fastest_of_the_plans_in_every_variant():
         return b
 
     none = InfeasibleError("no room")
-    for plans, want in (({0: fast, 1: slow, 2: slow, 3: slow}, fast), ({0: slow, 1: slow, 2: slow, 3: fast}, fast),
-                        ({0: none, 1: slow, 2: none, 3: none}, slow)):
+    # fast recomputes nothing: with the deepest input first (2 after 0, 3 after 1), it would plan the same
+    for plans, want, made in (({0: fast, 1: slow, 2: slow, 3: slow}, fast, [0, 1, 3]),
+                              ({0: slow, 1: slow, 2: slow, 3: fast}, fast, [0, 1, 2, 3]),
+                              ({0: none, 1: slow, 2: none, 3: none}, slow, [0, 1, 2, 3]),
+                              ({0: slow, 1: fast, 2: fast, 3: slow}, fast, [0, 1, 2])):
         calls.clear()
         s = _checked(g, cl, "dtr", SolveOptions(), build(plans), 0.0)
-        assert list(s.instructions) == want and calls == [0, 1, 2, 3]
+        assert list(s.instructions) == want and calls == made
     calls.clear()
     s = _checked(g, cl, "offload-all", SolveOptions(), build({None: slow}), 0.0, drops=False)
     assert list(s.instructions) == slow and calls == [None]

@@ -61,14 +61,17 @@ def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, b
     is made in each of `memplan.VARIANTS` and the fastest is kept: deferring the drops that chain gradients gives
     ResNet-50 at 30% of its keep-everything memory a plan at all, but the shipped BERT at 878 MB, one accelerator
     without swapping, is 3.3% faster without it; recomputing the deepest input first gives GPT-2 at 30% a plan
-    under DTR, and is 19% slower at 35%."""
+    under DTR, and is 19% slower at 35%. A plan that recomputes nothing is the same with the deepest input first,
+    which is then not planned."""
     verify = bool(options.params.get("verify", True))
     every = drops and verify and options.recompute and len(graph) <= _PLAN_TWICE
     variants = VARIANTS if every else ({},)
     last = None
     for scale in (1.0, 0.95, 0.85, 0.7):
-        best, errors = None, []
+        best, errors, same, made = None, [], set(), 0
         for variant in variants:
+            if variant.get("deep_first") and variant["defer_chains"] in same:
+                continue
             try:
                 ins = build(scale, variant)
             except InfeasibleError as e:
@@ -80,6 +83,9 @@ def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, b
                                                                 solve_time=time.perf_counter() - t0,
                                                                 extra=dict(extra or {})), graph=graph.name)
             r = simulate(graph, cluster, sched)
+            made += 1
+            if variant and not r.recomputed:
+                same.add(variant["defer_chains"])
             if r.valid:
                 if best is None or r.makespan < best[1].makespan:
                     best = (sched, r)
@@ -94,7 +100,7 @@ def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, b
             return Schedule(sched.instructions, SolveReport(name, "heuristic", objective=r.makespan,
                                                             solve_time=time.perf_counter() - t0, extra=ex),
                             graph=graph.name)
-        if len(errors) == len(variants):
+        if errors and not made:
             raise errors[0]
     raise not_found(graph, cluster, f"{name} found none within the budget ({last.message})",
                     hint="another solver may: milp, lp-rounding, or allow swapping")
