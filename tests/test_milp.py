@@ -817,7 +817,7 @@ def test_the_milps_schedule_is_polished_outside_its_model():
 
 def test_ctrl_c_while_polishing_returns_the_solvers_schedule(monkeypatch):
     # six nodes on one GPU, where the model's optimum (18 s) is polished to 16 s outside it: a Ctrl-C during the
-    # polish returns the model's schedule, marked interrupted
+    # polish returns the model's schedule, marked interrupted; one while DTR's candidate is polished leaves it as is
     g = small_dag(6, 2)
     lb = memory_lower_bound(g)
     ke = ke_peak(g)
@@ -825,12 +825,17 @@ def test_ctrl_c_while_polishing_returns_the_solvers_schedule(monkeypatch):
     opts = SolveOptions(time_limit=30, gap=0.0, warm_start=B.keep_everything(g, cl), params={"instage": False})
     assert solve(g, cl, "milp", opts).report.extra.get("polished")
 
+    calls = []
+
     def interrupted(*args, **kwargs):
+        calls.append(args[2])
         raise KeyboardInterrupt
 
     monkeypatch.setattr(importlib.import_module("optsched.solvers.milp"), "keep_instead_of_recompute", interrupted)
     s = solve(g, cl, "milp", opts)
     assert s.report.status == "interrupted" and "polished" not in s.report.extra
+    # DTR's schedule, the fastest candidate, was being polished too: that Ctrl-C left it as it was
+    assert len(calls) == 2 and dict(s.report.extra).get("fallback") is None
     assert s.report.objective == pytest.approx(18.0) and simulate(g, cl, s).valid
 
 

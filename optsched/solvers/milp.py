@@ -228,8 +228,11 @@ def _candidates(graph, cluster, options, beside=None):
             out.append((fn.__name__.replace("_", "-"), s, simulate(graph, cluster, s)))
     fastest = min((c for c in out if c[2].valid), key=lambda c: c[2].makespan, default=None)
     if fastest is not None and fastest[0] == "dtr" and fastest[2].recomputed and options.params.get("polish", True):
-        s, r = keep_instead_of_recompute(graph, cluster, fastest[1],
-                                         deadline=time.perf_counter() + _CANDIDATE_SHARE * options.time_limit)
+        try:
+            s, r = keep_instead_of_recompute(graph, cluster, fastest[1],
+                                             deadline=time.perf_counter() + _CANDIDATE_SHARE * options.time_limit)
+        except KeyboardInterrupt:   # Ctrl-C while polishing it: DTR's own schedule stands, as the solver's does
+            s, r = fastest[1], fastest[2]
         if r.valid and r.makespan < fastest[2].makespan:
             out.append(("dtr, polished", replace(s, graph=graph.name), r))
     # the LP rounding costs an LP solve: only where it may start the MILP and the others leave room to gain
