@@ -64,7 +64,7 @@ def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, b
     under DTR, and is 19% slower at 35%. A plan that recomputes nothing is the same with the deepest input first,
     which is then not planned."""
     verify = bool(options.params.get("verify", True))
-    every = drops and verify and options.recompute and len(graph) <= _PLAN_TWICE
+    every = drops and verify and options.recompute and len(graph) <= _PLAN_EVERY
     variants = VARIANTS if every else ({},)
     last = None
     for scale in (1.0, 0.95, 0.85, 0.7):
@@ -106,7 +106,7 @@ def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, b
                     hint="another solver may: milp, lp-rounding, or allow swapping")
 
 
-_PLAN_TWICE = 20000     # nodes, at most, for planning in every variant (`_checked`)
+_PLAN_EVERY = 20000     # nodes, at most, for planning in every variant (`_checked`)
 
 
 def _single_device_inputs(graph: Graph, cluster: Cluster, options: SolveOptions):
@@ -219,7 +219,7 @@ def offload_all(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     return _checked(graph, cluster, "offload-all", options,
                     lambda s, v: plan(graph, cluster, place, order, est, policy="capuchin", swap=True,
                                           recompute=False, offload=fwd, budget_scale=s, prefetch=False,
-                                          host_fallback=False), t0,
+                                          host_fallback=False, **v), t0,
                     extra={"offloaded": int(fwd.size)}, drops=False)
 
 
