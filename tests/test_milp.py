@@ -182,7 +182,8 @@ def test_write_model_is_readable(tmp_path, ext):
 def test_the_smallest_budget_found_counts_the_peaks_of_candidates_that_did_not_fit():
     # the 8-layer MLP at 60% of its keep-everything memory: no candidate fits and the MILP's stage model has no
     # solution; chen-greedy's transient plan peaks at 62%, below every schedule a candidate returned, and the
-    # message must say so (it said 77%, chen-sqrt's, when the failed candidates' schedules were dropped)
+    # message must say so (it said 77%, chen-sqrt's, when the failed candidates' schedules were dropped). That no
+    # schedule fits is proven (`bounds._latest`), with a memory lower bound just under that peak
     g = captured_mlp(8)
     cl = one_gpu(int(0.6 * ke_peak(g)))
     with pytest.raises(InfeasibleError) as e:
@@ -191,8 +192,9 @@ def test_the_smallest_budget_found_counts_the_peaks_of_candidates_that_did_not_f
     assert cl.devices[0].memory < closest < 0.63 * ke_peak(g)
     with pytest.raises(InfeasibleError) as e:
         solve(g, cl, "milp", SolveOptions(swap=False, time_limit=60, threads=2))
-    assert not e.value.proven and "smallest budget at which a schedule was found: " in str(e.value)
-    assert f"({closest} bytes)" in str(e.value)
+    assert e.value.proven and "smallest budget at which a schedule was found: " in str(e.value)
+    assert f"({closest} bytes)" in str(e.value) and "whichever of its last computations of " in str(e.value)
+    assert 0.617 * ke_peak(g) < e.value.least < closest
 
 
 def test_where_the_model_gives_no_schedule_the_fastest_candidate_comes_back_polished(monkeypatch):

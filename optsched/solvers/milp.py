@@ -466,8 +466,9 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
     which the recomputation relaxations have no point: `bounds.least_budget`) and the smallest peak any
     candidate reached; `proven` False: no schedule was found in the time given, or (`restricted`) the MILP's
     stage model has none; neither proves that there is none. Then, until `until` (perf_counter) and for at most
-    _NO_FIT seconds, the final computations of the largest weight gradients, or the moments where the candidate
-    that came closest overflowed, may prove it all the same (`bounds.no_fit`): the error is then proven, and its
+    _NO_FIT seconds, the latest of the moments where the largest weight gradients' inputs are computed for the last
+    time, the final computations of those gradients, or the moments where the candidate that came closest
+    overflowed, may prove it all the same (`bounds.no_fit`): the error is then proven, and its
     memory lower bound is raised towards the smallest peak found while the same moments prove that nothing fits."""
     lb = max(memory_lower_bound(graph), (least_budget(spec) or 0) if spec is not None else 0)
     peaks = [smallest_peak(cluster, [b[2].peak]) for b in base]
@@ -477,7 +478,7 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
         proof = no_fit(spec, graph.arrays.ids, closest.instructions, min(until - time.perf_counter(), _NO_FIT),
                        upto=smallest)
         if proof is not None:
-            why, proven, restricted = no_room(graph, proof[0], between=True), True, False
+            why, proven, restricted = no_room(graph, proof[0], between=True, latest=proof[2]), True, False
             lb = max(lb, proof[1])
     budgets = ", ".join(f"{d.name} {format_size(d.memory)}" for d in cluster.devices if d.kind == "cuda")
     msg = f"budget {budgets}; {why}. Memory lower bound: {format_size(lb)} ({lb} bytes)"
@@ -492,8 +493,7 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
 
 
 _NO_FIT = 10.0  # seconds at most for `bounds.no_fit` where no schedule was found: GNMT at 99% is proven in 0.6 s, the
-                # CNN at 65% in 0.02 s, the MLP at 75% in 0.4 s; the 8-layer MLP at 60% and GPT-2 at 30% are not in
-                # 60 s
+                # CNN at 65% in 0.02 s, the MLP at 75% in 0.4 s, the 8-layer MLP at 60% in 0.1 s
 
 
 def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0, orders: bool = False,

@@ -36,11 +36,17 @@ def unplaceable(graph: Graph, names: list[str], runs: np.ndarray, budget: np.nda
             f"workspace), more than the budget of any device that can run it ({', '.join(where) or 'none'})")
 
 
-def no_room(graph: Graph, at, between: bool = False) -> str:
+def no_room(graph: Graph, at, between: bool = False, latest: bool = False) -> str:
     """Why no schedule fits when the recomputation relaxation at the moments `at` has no point (`between`: taken
-    in every order, with the computations between them: `bounds.no_fit`). A moment is an operation's first
-    computation, (w, -1) w's final one, or (v, w) v's last computation before w's final one."""
+    in every order, with the computations between them: `bounds.no_fit`; `latest`: at whichever of them comes
+    last, `bounds._latest`). A moment is an operation's first computation, (w, -1) w's final one, or (v, w) v's
+    last computation before w's final one."""
     ids = graph.arrays.ids
+    if latest:
+        pairs = ", ".join(f"{ids[v]!r} before {ids[w]!r}" for v, w in at)
+        return (f"whichever of its last computations of {pairs} comes last, the other results computed for the "
+                f"last time or what they read still held beside it, every schedule must hold more than the budget, "
+                f"whatever it recomputes")
     firsts = [repr(ids[m]) for m in at if not isinstance(m, tuple)]
     finals = [repr(ids[m[0]]) for m in at if isinstance(m, tuple) and m[1] < 0]
     befores = [f"{ids[m[0]]!r} before {ids[m[1]]!r}" for m in at if isinstance(m, tuple) and m[1] >= 0]
