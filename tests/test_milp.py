@@ -210,11 +210,41 @@ def test_where_the_model_gives_no_schedule_the_fastest_candidate_comes_back_poli
     monkeypatch.setattr(M, "_candidates", lambda *a, **k: [("dtr", dtr, slow)])
     monkeypatch.setattr(M, "_highs_run", lambda *a, **k: {"x": None, "status": "infeasible", "bound": None,
                                                            "extra": {}, "notes": [], "solve_time": 0.0})
+    aims = []
+    bounds = M._bounds
+    monkeypatch.setattr(M, "_bounds", lambda *a, **k: aims.append(a[5] if len(a) > 5 else k.get("target"))
+                        or bounds(*a, **k))
     s = solve(g, cl, "milp", opts)
     r = simulate(g, cl, s)
     assert r.valid and s.report.extra["fallback"] == "dtr, polished" and "returning dtr, polished" in s.report.message
     assert r.makespan < slow.makespan and r.recomputed < slow.recomputed
     assert s.report.objective == pytest.approx(r.makespan) and s.report.bound <= r.makespan
+    # the seconds the model leaves go to the bounds again, aimed at the polished schedule, not at DTR's own
+    assert aims[-1] is not None and r.makespan * (1 - opts.gap) <= aims[-1] < slow.makespan * (1 - opts.gap)
+
+
+def test_ctrl_c_while_the_fallback_is_polished_returns_it_as_it_was(monkeypatch):
+    # the model gives no schedule and Ctrl-C comes while DTR's is polished in the seconds left: DTR's own comes
+    # back, marked interrupted, and is not polished again
+    M = importlib.import_module("optsched.solvers.milp")
+    g = generate.random_training_graph(30, seed=2)
+    cl = one_gpu(int(0.7 * ke_peak(g)))
+    opts = SolveOptions(swap=False, time_limit=30, threads=1, params={"warm": False})
+    dtr = solve(g, cl, "dtr", opts)
+    slow = simulate(g, cl, dtr)
+    monkeypatch.setattr(M, "_candidates", lambda *a, **k: [("dtr", dtr, slow)])
+    monkeypatch.setattr(M, "_highs_run", lambda *a, **k: {"x": None, "status": "infeasible", "bound": None,
+                                                           "extra": {}, "notes": [], "solve_time": 0.0})
+    polishes = []
+
+    def interrupted(*a, **k):
+        polishes.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(M, "keep_instead_of_recompute", interrupted)
+    s = solve(g, cl, "milp", opts)
+    assert len(polishes) == 1 and s.report.status == "interrupted"
+    assert s.instructions == dtr.instructions and s.report.extra["fallback"] == "dtr"
 
 
 def test_dtrs_schedule_is_polished_among_the_candidates_where_it_leads():
