@@ -539,6 +539,14 @@ def test_every_solver_schedule_takes_at_least_the_bound(g, frac):
         assert r.valid and r.makespan >= floor * (1 - 1e-9), name
 
 
+def _training_spec(g: Graph, frac: float) -> tuple[Graph, int, object]:
+    """(the graph with its last gradients required, a budget `frac` of the way up from its largest operation's
+    need (`_between_largest_and_total`), the one-device spec at that budget without swapping)."""
+    g = _last_gradients_required(g)
+    budget = _between_largest_and_total(g, frac)
+    return g, budget, make_spec(g, one_gpu(budget), swap=False)
+
+
 def _between_largest_and_total(g: Graph, frac: float) -> int:
     """The budget `frac` of the way from the largest operation's need to the graph's total bytes."""
     need = largest_operation(g)[1]
@@ -1132,9 +1140,7 @@ def _check_orders_against_the_exhaustive_optimum(g: Graph, spec, budget: int, mo
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=training_graphs(2, 5, params=True, max_bytes=400, zero_sizes=False), frac=st.floats(0.0, 0.5))
 def test_a_proof_that_nothing_fits_holds_on_small_training_graphs(g, frac):
-    g = _last_gradients_required(g)
-    budget = _between_largest_and_total(g, frac)
-    spec = make_spec(g, one_gpu(budget), swap=False)
+    g, budget, spec = _training_spec(g, frac)
     closest = solve(g, one_gpu(10**9), "keep-everything")
     proof = bounds.no_fit(spec, g.arrays.ids, closest.instructions, 5.0)
     if proof is not None:
@@ -1149,9 +1155,7 @@ def test_a_proof_that_nothing_fits_holds_on_small_training_graphs(g, frac):
 def test_the_latest_moment_of_a_group_of_gradients_proves_nothing_where_a_schedule_fits(g, frac, data):
     # any group of required results with their heavy inputs (`_latest`): where every programme has no point, the
     # exhaustive search finds no schedule either
-    g = _last_gradients_required(g)
-    budget = _between_largest_and_total(g, frac)
-    spec = make_spec(g, one_gpu(budget), swap=False)
+    g, budget, spec = _training_spec(g, frac)
     needed = bounds._needed(spec)
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
     pairs = bounds._heavy_inputs(spec, needed, dst, len(g))
@@ -1212,9 +1216,7 @@ def test_final_moments_never_exceed_the_exhaustive_optimum(g, frac, data):
     # the final computations of required results and the last computations of their inputs before them, beside
     # first computations, in every order, with the memory between them: the least over the orders is under every
     # schedule's recomputation time, and infinite only where no schedule fits
-    g = _last_gradients_required(g)
-    budget = _between_largest_and_total(g, frac)
-    spec = make_spec(g, one_gpu(budget), swap=False)
+    g, budget, spec = _training_spec(g, frac)
     finals = _final_moments(spec)
     assume(finals)
     firsts = data.draw(st.lists(st.sampled_from(_needed_with_inputs(spec)), unique=True, max_size=3))

@@ -197,10 +197,9 @@ def test_the_smallest_budget_found_counts_the_peaks_of_candidates_that_did_not_f
     assert 0.617 * ke_peak(g) < e.value.least < closest
 
 
-def test_where_the_model_gives_no_schedule_the_fastest_candidate_comes_back_polished(monkeypatch):
-    # 30 operations at 70% of keep-everything memory: DTR recomputes 26 times where keeping some values fits (GPT-2
-    # at 30%: DTR's is the only schedule and the stage model has no point); with the model giving none, the MILP
-    # returns DTR's schedule polished, faster, still within the budget (no warm start: the model starts cold)
+def _dtr_alone(monkeypatch):
+    """(the milp module, 30 operations, one accelerator at 70% of keep-everything memory, options, DTR's schedule,
+    its simulation), with DTR's the only candidate and the stage model giving no schedule."""
     M = importlib.import_module("optsched.solvers.milp")
     g = generate.random_training_graph(30, seed=2)
     cl = one_gpu(int(0.7 * ke_peak(g)))
@@ -210,6 +209,14 @@ def test_where_the_model_gives_no_schedule_the_fastest_candidate_comes_back_poli
     monkeypatch.setattr(M, "_candidates", lambda *a, **k: [("dtr", dtr, slow)])
     monkeypatch.setattr(M, "_highs_run", lambda *a, **k: {"x": None, "status": "infeasible", "bound": None,
                                                            "extra": {}, "notes": [], "solve_time": 0.0})
+    return M, g, cl, opts, dtr, slow
+
+
+def test_where_the_model_gives_no_schedule_the_fastest_candidate_comes_back_polished(monkeypatch):
+    # 30 operations at 70% of keep-everything memory: DTR recomputes 26 times where keeping some values fits (GPT-2
+    # at 30%: DTR's is the only schedule and the stage model has no point); with the model giving none, the MILP
+    # returns DTR's schedule polished, faster, still within the budget (no warm start: the model starts cold)
+    M, g, cl, opts, dtr, slow = _dtr_alone(monkeypatch)
     aims = []
     bounds = M._bounds
     monkeypatch.setattr(M, "_bounds", lambda *a, **k: aims.append(a[5] if len(a) > 5 else k.get("target"))
@@ -226,15 +233,7 @@ def test_where_the_model_gives_no_schedule_the_fastest_candidate_comes_back_poli
 def test_ctrl_c_while_the_fallback_is_polished_returns_it_as_it_was(monkeypatch):
     # the model gives no schedule and Ctrl-C comes while DTR's is polished in the seconds left: DTR's own comes
     # back, marked interrupted, and is not polished again
-    M = importlib.import_module("optsched.solvers.milp")
-    g = generate.random_training_graph(30, seed=2)
-    cl = one_gpu(int(0.7 * ke_peak(g)))
-    opts = SolveOptions(swap=False, time_limit=12, threads=1, params={"warm": False})
-    dtr = solve(g, cl, "dtr", opts)
-    slow = simulate(g, cl, dtr)
-    monkeypatch.setattr(M, "_candidates", lambda *a, **k: [("dtr", dtr, slow)])
-    monkeypatch.setattr(M, "_highs_run", lambda *a, **k: {"x": None, "status": "infeasible", "bound": None,
-                                                           "extra": {}, "notes": [], "solve_time": 0.0})
+    M, g, cl, opts, dtr, slow = _dtr_alone(monkeypatch)
     polishes = []
 
     def interrupted(*a, **k):
