@@ -329,17 +329,20 @@ def _latest(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, pairs:
     budget[d] = b
     at = replace(spec, budget=budget)
     group = list(pairs)
+    built = {}      # pair -> its programme and columns, without the group's rows (the same in every round)
     while len(group) >= 2:
         out = []
         for v, w in group:
             left = until - time.perf_counter()
             if left <= 0 or stop.is_set():
                 return None
-            chain = [(v, w), (w, -1)]
-            for m in chain:
-                if m not in anc:
-                    anc[m] = _reach(spec.in_ptr, spec.in_idx, _op(m), spec.n)
-            problem, (S, _, _) = _coupled(at, d, chain, needed, dst, anc, {}, between=True)
+            if (v, w) not in built:
+                chain = [(v, w), (w, -1)]
+                for m in chain:
+                    if m not in anc:
+                        anc[m] = _reach(spec.in_ptr, spec.in_idx, _op(m), spec.n)
+                built[(v, w)] = _coupled(at, d, chain, needed, dst, anc, {}, between=True)
+            problem, (S, _, _) = built[(v, w)]
             rows = [(S[0, w2], S[0, v2]) for v2, w2 in group if w2 != w and v2 != v]
             problem = _with_rows(problem, [r for r in rows if min(r) >= 0], 1.0)
             if not np.isinf(_solve((np.zeros_like(problem[0]), *problem[1:]), True, left, stop=stop)):

@@ -918,27 +918,25 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
 def _fallback(graph, cluster, options, base: list, spec, bounds: dict, until: float, orders: bool,
               stop: threading.Event) -> tuple[list, dict]:
     """(candidates, bounds) where the stage model gives no schedule and the fastest candidate comes back instead:
-    the seconds left, idle otherwise, go half to polishing that candidate (`polish.keep_instead_of_recompute`; its
-    polish among the candidates stopped at _CANDIDATE_SHARE of the time limit) and half to `_bounds` again, aimed
-    at the polished schedule and over the moments where it had least to spare; those found beside lp-rounding's LP
+    the seconds left, idle otherwise, go half to polishing that candidate (`_polished`; its polish among the
+    candidates stopped at _CANDIDATE_SHARE of the time limit) and half to `_bounds` again, aimed at the polished
+    schedule and over the moments where it had least to spare; those found beside lp-rounding's LP
     shared the cores with it and were aimed at the schedule as it was (GPT-2 at 30% of its keep-everything memory:
     DTR's schedule 2.15x -> 1.81x keep-everything's step time, the bound 1.62x -> 1.65x)."""
     valid = [b for b in base if b[2].valid]
     if not valid or stop.is_set():
         return base, bounds
     name, sched, res = min(valid, key=lambda b: b[2].makespan)
-    if (res.recomputed and options.params.get("polish", True)
-            and (_gap(res.makespan, bounds["floor"]) or 0.0) > options.gap):
-        try:
-            out, r = keep_instead_of_recompute(graph, cluster, sched,
-                                               deadline=time.perf_counter() + (until - time.perf_counter()) / 2)
-        except KeyboardInterrupt:   # Ctrl-C: the candidate stands, as in the final polish
-            stop.set()
-            return base, bounds
-        if r.valid and r.makespan < res.makespan * (1 - 1e-12):
-            name = name if name.endswith(", polished") else f"{name}, polished"
-            base = [*base, (name, replace(out, graph=graph.name), r)]
-            res = r
+    try:
+        polished = _polished(graph, cluster, options, sched, res, bounds["floor"], "",
+                             time.perf_counter() + (until - time.perf_counter()) / 2)
+    except KeyboardInterrupt:       # Ctrl-C: the candidate stands, as in the final polish
+        stop.set()
+        return base, bounds
+    if polished is not None:
+        name = name if name.endswith(", polished") else f"{name}, polished"
+        base = [*base, (name, *polished)]
+        res = polished[1]
     target = res.makespan * (1 - options.gap)
     left = until - time.perf_counter()
     if bounds["floor"] >= target or left < 1.0:
