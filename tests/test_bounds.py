@@ -1224,3 +1224,84 @@ def test_final_moments_never_exceed_the_exhaustive_optimum(g, frac, data):
                                                            max_size=4)) + firsts))
     assume(len(moments) >= 2)
     _check_orders_against_the_exhaustive_optimum(g, spec, budget, moments, 5.0, between=data.draw(st.booleans()))
+
+
+def _last_before_moments(spec) -> list:
+    """Every moment (u, y, 0) the bound can take: u's last computation before y's first, per needed operation y
+    with inputs and each ancestor u of y that has inputs too (a computation, not a load)."""
+    needed = bounds._needed(spec)
+    out = []
+    for y in _needed_with_inputs(spec):
+        anc = bounds._reach(spec.in_ptr, spec.in_idx, y, spec.n)
+        out += [(u, y, 0) for u in np.flatnonzero(anc & needed).tolist() if spec.in_ptr[u + 1] > spec.in_ptr[u]]
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=training_graphs(2, 4, params=True, max_bytes=400, zero_sizes=False), frac=st.floats(0.2, 1.0),
+       data=st.data())
+def test_last_computations_before_an_operation_never_exceed_the_exhaustive_optimum(g, frac, data):
+    # moments (u, y, 0), with or without y's first computation among the moments (u is not computed again up to
+    # it), beside first and final computations, in every order, with or without the memory between them: the
+    # least over the orders is under every schedule's recomputation time, and infinite only where no schedule fits.
+    # The budget lies between the least at which the single moments have a point and keep-everything's peak, where
+    # schedules recompute
+    g = _last_gradients_required(g)
+    ke = simulate(g, one_gpu(10**15), solve(g, one_gpu(10**15), "keep-everything")).peak["gpu0"]
+    least = least_budget(make_spec(g, one_gpu(ke), swap=False))
+    budget = int(least + frac * (ke - least))
+    spec = make_spec(g, one_gpu(budget), swap=False)
+    befores = _last_before_moments(spec)
+    assume(befores)
+    picked = data.draw(st.lists(st.sampled_from(befores), unique=True, min_size=1, max_size=3))
+    ys = [y for _, y, _ in picked if data.draw(st.booleans())]
+    firsts = data.draw(st.lists(st.sampled_from(_needed_with_inputs(spec)), unique=True, max_size=2))
+    finals = _final_moments(spec)
+    finals = data.draw(st.lists(st.sampled_from(finals), unique=True, max_size=2)) if finals else []
+    moments = data.draw(st.permutations(list(dict.fromkeys(picked + ys + firsts + finals))))
+    assume(len(moments) >= 2)
+    _check_orders_against_the_exhaustive_optimum(g, spec, budget, moments, 5.0, between=data.draw(st.booleans()))
+
+
+def _orders_value(spec, moments: list) -> float:
+    """The least over the orders of `moments` (`bounds._orders`) of the coupled programme's value."""
+    needed = bounds._needed(spec)
+    dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
+    anc = {moments[0]: bounds._reach(spec.in_ptr, spec.in_idx, bounds._op(moments[0]), spec.n)}
+    return bounds._orders(spec, 0, needed, dst, anc, {}, (0.0, (moments[0],)), moments[1:], None, 10.0,
+                          threading.Event())[0]
+
+
+def test_the_last_computation_of_the_loss_before_a_gradient_proves_more_than_first_computations():
+    # four 1-byte forward operations and a 4-byte loss under 7 bytes: the first computations of g1 and g2, in
+    # either order, prove that every schedule recomputes a forward operation; with the loss's last computation
+    # before g1's first, two; the best schedule recomputes four
+    g = generate.training_graph([[-1], [0], [1], [2]], act_bytes=[1] * 4, cost=[1e-6] * 4, input_grad=True)
+    spec = make_spec(g, one_gpu(7), swap=False)
+    ix = g.arrays.index
+    firsts = [ix["g1"], ix["g2"]]
+    plain, more = _orders_value(spec, firsts), _orders_value(spec, firsts + [(ix["loss"], ix["g1"], 0)])
+    forward = float(spec.ccost[0, ix["f0"]])
+    assert plain == pytest.approx(forward) and more == pytest.approx(2 * forward)
+    best, _ = exhaustive(g, 7)
+    work = float(np.nan_to_num(spec.ccost[0])[bounds._needed(spec)].sum())
+    assert (work + more) / TIME_SCALE <= best * (1 + 1e-9)
+    assert best == pytest.approx((work + 4 * forward) / TIME_SCALE)
+
+
+def test_tight_recomputations_name_an_operation_the_schedule_computes_again_before_a_descendant():
+    # `tight_moments` with recomputations: each (u, y, 0) has u an ancestor of y, and the schedule computes u again
+    # before it first computes y; the bound's report names it so
+    g = generate.training_graph([[-1], [0], [1], [2]], act_bytes=[1] * 4, cost=[1e-6] * 4, input_grad=True)
+    spec = make_spec(g, one_gpu(7), swap=False)
+    _, instructions = exhaustive(g, 7)
+    ids = g.arrays.ids
+    tight = bounds.tight_moments(spec, ids, instructions, recomputations=True)
+    assert bounds.tight_moments(spec, ids, instructions) == [m for m in tight if not isinstance(m, tuple)]
+    befores = [m for m in tight if isinstance(m, tuple)]
+    assert befores
+    computes = [ins.node for ins in instructions if isinstance(ins, Compute)]
+    for u, y, _ in befores:
+        assert bounds._reach(spec.in_ptr, spec.in_idx, y, spec.n)[u]
+        assert computes[:computes.index(ids[y])].count(ids[u]) >= 2
+        assert bounds.moment_name(ids, (u, y, 0)) == f"{ids[u]} (last before {ids[y]})"

@@ -95,6 +95,17 @@ input is computed again from (`final_moments`, which `no_fit` tries first: the 3
 keep-everything memory, three 256 kB weight gradients each reading a 1 MB gradient that a 3 MB ReLU backward makes;
 no schedule fits, in 0.4 s, where the first computations have a point in every order).
 
+Nor a final one: (u, y, 0) is u's last computation before y's first, u an ancestor of y. Up to y (where the order
+has it; else up to the moments before y in every schedule) u is not computed again, so what y reads that descends
+from u is held from there, or computed again from what is held. Where a schedule computes u again with little memory
+to spare (`tight_moments` with `recomputations`), y the next operation it first computes that u is an ancestor of,
+the moment joins the growth of the chain where it lies above or below every moment there, and the orders take such
+moments first after `_reader`'s (at most _AGAIN, each with its y among the moments): at BERT's 40% of its
+keep-everything memory, GELU's recomputation before the classifier's weight gradient, which reads the last layer
+norm's output. There every order that puts it before the loss's gradient has no point, and the others reach the
+target: the bound 1.5010x -> 1.5152x of keep-everything's time, within 1% of the schedule's 1.5305x, in a 90 s
+solve (its orders take 62 s of it; in 60 s they stop short and the bound stays 1.5010x).
+
 Where many gradients are alike, their orders are too many to try, and `_latest` needs none: of the moments (v, w),
 one per weight gradient w of a group, take whichever comes last. Every other gradient of the group was computed
 for the last time before it and is held to the end, or is still to come, and then its input is held across it. One
@@ -105,6 +116,7 @@ it first.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -127,6 +139,7 @@ _ORDER_NEAR = 0.02  # the orders of moments are tried where the bound is this cl
 _BLOCKING = 5.0     # seconds at most for the orders over the blocking moments (`blocking_moments`)
 _TRY = 1.0          # seconds at most per programme when growing the chain of moments (`_grow`)
 _TIGHT = 12         # operations tried in turn by `_grow` (`tight_moments`), a tier at a time
+_AGAIN = 4          # moments (u, y, 0) from `tight` first among those the orders take
 _TIERS = 2          # tiers of them: the next joins when the chain stops growing on those before
 _GROWING = 5.0      # seconds at most for `_grow`
 _FINISH = 5.0       # seconds at most, beyond those, to finish the programmes of the chains `_grow` ends with
@@ -461,13 +474,33 @@ def _comebacks(spec: ModelSpec, ids, instructions):
             yield v, first[dropped[v]:-1], spare[dropped[v]:-1], count
 
 
-def tight_moments(spec: ModelSpec, ids, instructions) -> list[int]:
+def tight_moments(spec: ModelSpec, ids, instructions, recomputations: bool = False) -> list:
     """The _TIGHT * _TIERS operations whose first computation left a schedule on the sole device the least memory
-    to spare (`_replay`), least first: where memory binds in the schedule, moments of the bound bind too (`_grow`)."""
-    room: dict[int, float] = {}
-    for v, spare in _replay(spec, ids, instructions, at_last_read=True):
-        if spare is not None and v not in room:
+    to spare (`_replay`), least first: where memory binds in the schedule, moments of the bound bind too (`_grow`).
+    `recomputations`: with the moments (u, y, 0) among them, u's last computation before y's first, where the
+    schedule's computation of u again left it that little to spare, y the next operation it first computes that
+    u is an ancestor of."""
+    room: dict = {}
+    steps = [(v, spare) for v, spare in _replay(spec, ids, instructions, at_last_read=True) if spare is not None]
+    seen = np.zeros(spec.n, dtype=bool)
+    firsts = []             # the steps that compute an operation for the first time
+    for k, (v, spare) in enumerate(steps):
+        if not seen[v]:
             room[v] = spare
+            firsts.append(k)
+        seen[v] = True
+    anc: dict[int, np.ndarray] = {}
+    seen[:] = False
+    for k, (v, spare) in enumerate(steps):
+        if seen[v] and recomputations:
+            for f in firsts[bisect.bisect_right(firsts, k):]:
+                y = steps[f][0]
+                if y not in anc:
+                    anc[y] = _reach(spec.in_ptr, spec.in_idx, y, spec.n)
+                if anc[y][v]:
+                    room[(v, y, 0)] = min(room.get((v, y, 0), np.inf), spare)
+                    break
+        seen[v] = True
     return sorted(room, key=room.__getitem__)[:_TIGHT * _TIERS]
 
 
@@ -580,6 +613,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
                blocking_seconds: float = 0.0, tight=None,
                grow_seconds: float | None = None) -> tuple[float, tuple[int, ...] | None]:
     """(model time every schedule spends recomputing, at least; the moments it was found at), or (0, None).
+    The orders start with `_reader`'s operation and the moments (u, y, 0) of `tight` whose y is a moment already.
     `reach`: the coupled bound is skipped when a single moment gets there; when it falls short, the orders over
     `moments` (`_orders`, for `order_seconds`) are tried where the bound plus `work` is within _ORDER_NEAR of it
     plus `work` (model time), else those over `blocking` (for `blocking_seconds`): on the 3-layer GPT-2 at 30% of
@@ -637,7 +671,10 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     ms = list(ms())
     if not ms:          # the fastest schedule computed nothing a third time: no orders
         return best, at
-    ms = list(dict.fromkeys(_reader(spec, needed, at, anc) + ms))
+    head = _reader(spec, needed, at, anc)
+    known = set(at) | set(head)     # a moment (u, y, 0) restricts u only up to y, where the chain has y
+    again = [m for m in tight() if isinstance(m, tuple) and m[1] in known][:_AGAIN] if tight is not None else []
+    ms = list(dict.fromkeys(head + again + ms))
     return _orders(spec, d, needed, dst, anc, single, (best, at), ms, cutoff, seconds, stop)
 
 
@@ -645,15 +682,15 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
           start: tuple[float, tuple[int, ...]], cands: Sequence[int], reach: float, seconds: float,
           stop: threading.Event, finish: float = 0.0) -> tuple[float, tuple[int, ...]]:
     """(model time every schedule recomputes, at least; the chain of moments it was found at): the chain of `start`
-    (its bound, its moments) grown one moment at a time. Each of `cands` (`tight_moments`) that is an ancestor or
-    a descendant of every moment is tried in its place (the coupled programme, at most _TRY seconds, a core each);
-    the one whose dual bound is largest joins, until none raises the bound, it reaches `reach`, `seconds` pass or
-    `stop` is set; then the next tier of `cands` (_TIGHT each) joins, where there is one. Where the _TRY seconds
-    stopped the programme of the last chain short of its optimum, it runs again, and so do those of the chains
-    grown before it that stopped short too, a core each (the last one on every core where it is alone), for what
-    is left of `seconds` and up to `finish` more (the 3-layer GPT-2 at 25% of its keep-everything memory: 1.3983x
-    -> 1.4120x of keep-everything's time, the programme solved in 3.3 s): the last chain grown is not always the
-    one solved in time.
+    (its bound, its moments) grown one moment at a time. Each of `cands` (`tight_moments`) that comes before or
+    after every moment in every schedule (`_precedes`) is tried in its place (the coupled programme, at most _TRY
+    seconds, a core each); the one whose dual bound is largest joins, until none raises the bound, it reaches
+    `reach`, `seconds` pass or `stop` is set; then the next tier of `cands` (_TIGHT each) joins, where there is one.
+    Where the _TRY seconds stopped the programme of the last chain short of its optimum, it runs again, and so do
+    those of the chains grown before it that stopped short too, a core each (the last one on every core where it is
+    alone), for what is left of `seconds` and up to `finish` more (the 3-layer GPT-2 at 25% of its keep-everything
+    memory: 1.3983x -> 1.4120x of keep-everything's time, the programme solved in 3.3 s): the last chain grown is
+    not always the one solved in time.
     Each chain's dual bound holds for every schedule, so the largest is the bound. A few moments where memory binds
     beat a long chain: `_chain` takes the operations where keep-everything holds the most, all near the peak, and
     over 16 moments HiGHS gets no further than the LP (the transformer at 45% of its keep-everything memory: the
@@ -665,23 +702,27 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
     best, chain = start
     unsolved: list[tuple[int, ...]] = []        # the chains grown whose try stopped short of the optimum
     rank = rank_of(spec)
-    cands = [y for y in cands if needed[y]]
+
+    def place(m) -> float:      # a chain's moments in order: (u, y, 0) just before y
+        return rank[m] if not isinstance(m, tuple) else rank[m[1]] - 0.5
+
+    cands = [y for y in cands if needed[_op(y)]]
     for y in cands:
         if y not in anc:
-            anc[y] = _reach(spec.in_ptr, spec.in_idx, y, spec.n)
+            anc[y] = _reach(spec.in_ptr, spec.in_idx, _op(y), spec.n)
     tier, failed = _TIGHT, set()      # how many of cands are tried (a tier at a time); those that raised nothing
 
     def bound(y: int) -> tuple[float, bool]:
         left = seconds - (time.perf_counter() - t0)
         if left <= 0 or stop.is_set():
             return 0.0, True
-        problem = _coupled(spec, d, sorted((*chain, y), key=rank.__getitem__), needed, dst, anc, single)[0]
+        problem = _coupled(spec, d, sorted((*chain, y), key=place), needed, dst, anc, single)[0]
         return _solve(problem, True, min(_TRY, left), stop=stop, solved=True)
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         while best < reach and not stop.is_set() and time.perf_counter() - t0 < seconds:
             tried = [y for y in cands[:tier] if y not in chain and y not in failed and anc[y].any()
-                     and all(anc[y][x] or anc[x][y] for x in chain)]
+                     and all(_precedes(anc, x, y) or _precedes(anc, y, x) for x in chain)]
             runs = [pool.submit(bound, y) for y in tried]
             waiting = threading.Thread(target=wait, args=(runs,), daemon=True)
             waiting.start()
@@ -694,7 +735,7 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
                 tier += _TIGHT
                 continue
             i = max(range(len(vals)), key=lambda i: vals[i][0])
-            (best, solved), chain = vals[i], tuple(sorted((*chain, tried[i]), key=rank.__getitem__))
+            (best, solved), chain = vals[i], tuple(sorted((*chain, tried[i]), key=place))
             failed.clear()
             if not solved:
                 unsolved.append(chain)
@@ -720,6 +761,8 @@ def _reader(spec: ModelSpec, needed: np.ndarray, chain: Sequence[int], anc: dict
     on = set(chain)
     best, most = [], 0.0
     for j, x in enumerate(chain):
+        if isinstance(x, tuple):
+            continue
         nxt = anc[chain[j + 1]] if j + 1 < len(chain) else np.zeros(spec.n, dtype=bool)
         for w in spec.out_idx[spec.out_ptr[x]:spec.out_ptr[x + 1]].tolist():
             ins = spec.in_idx[spec.in_ptr[w]:spec.in_ptr[w + 1]]
@@ -768,15 +811,27 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
 def _op(m) -> int:
     """The operation computed at moment m: x for x (its first computation), w for (w, -1) (the final computation
     of a required result w, resident from there to the end), v for (v, w) (v's last computation before w's final
-    one, v held from there to it)."""
+    one, v held from there to it), u for (u, y, 0) (u's last computation before y's first, u an ancestor of y)."""
     return m[0] if isinstance(m, tuple) else m
+
+
+def moment_name(ids, m) -> str:
+    """A moment (see `_op`) in words, by the names `ids` of its operations."""
+    if not isinstance(m, tuple):
+        return ids[m]
+    if len(m) == 3:
+        return f"{ids[m[0]]} (last before {ids[m[1]]})"
+    return f"{ids[m[0]]} (final)" if m[1] < 0 else f"{ids[m[0]]} (last before the final {ids[m[1]]})"
 
 
 def _precedes(anc: dict, a, b) -> bool:
     """Whether moment a comes before moment b, or at it, in every schedule (`anc[m]`: the ancestors of m's
     operation): a's operation is an ancestor of b's, or b's too (a first computation before any other), or
-    a = (v, w) and b = (w, -1)."""
+    a = (v, w) and b = (w, -1), or a = (u, y, 0) and b computes y or a descendant of y (after y's first
+    computation)."""
     if isinstance(a, tuple):
+        if len(a) == 3:
+            return _op(b) == a[1] or bool(anc[b][a[1]])
         return a[1] >= 0 and b == (a[1], -1)
     return bool(anc[b][a]) or (isinstance(b, tuple) and b[0] == a)
 
@@ -952,11 +1007,23 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
         cost[R[j, v]] = np.nan_to_num(spec.ccost[d, v])
         ub[R[j, v[spec.once[v]]]] = 0.0
         # held from a final moment (w, -1) to the end, and from (v, w) to w's final moment, and not computed again
-        if isinstance(chain[j], tuple):
+        if isinstance(chain[j], tuple) and len(chain[j]) == 2:
             until = k if chain[j][1] < 0 else next((i for i in range(j + 1, k) if chain[i] == (chain[j][1], -1)), j)
             held = np.array([i for i in range(j + 1, until) if ops[i] != x], dtype=np.int64)
             lb[S[held, x][S[held, x] >= 0]] = 1.0
             ub[R[held, x][R[held, x] >= 0]] = 0.0
+        # (u, y, 0): u not computed again in the intervals that end at y's first computation or before it: up to
+        # y where the chain (in the order it is taken) has it, else up to the moments before y in every schedule
+        elif isinstance(chain[j], tuple):
+            y = chain[j][1]
+            if y in chain[j + 1:]:
+                until = chain.index(y, j + 1)
+            else:
+                anc.setdefault(y, _reach(spec.in_ptr, spec.in_idx, y, n))
+                until = next((i for i in range(j + 1, k) if not _precedes(anc, chain[i], y)), k) - 1
+            # a later moment that computes u before y is the same computation: its own column stays
+            later = np.array([R[i, x] for i in range(j + 1, until) if ops[i] != x], dtype=np.int64)
+            ub[later[later >= 0]] = 0.0
     upto = np.full((k, n), k, dtype=np.int64)           # upto[j, w]: the first i > j with w = x_i or above it
     for i in range(k - 1, 0, -1):
         mine = anc[chain[i]].copy()

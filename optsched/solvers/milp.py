@@ -95,7 +95,8 @@ Reductions and what they cost:
   `bounds.lower_bounds` (longest dependency chain, total work over the
   devices, and on one device without copies the work plus the recomputation
   that the budget forces, at one moment or a chain of them (grown from the
-  moments where the fastest candidate had least memory to spare), with the moments
+  moments where the fastest candidate had least memory to spare, its recomputations
+  there among them: `bounds.tight_moments`), with the moments
   where the fastest candidate had no room to keep a value it computes a third
   time, or taken in every order where the warm start is just short of proven:
   `_bounds`), which holds for
@@ -171,7 +172,16 @@ from ..graph import Graph, memory_lower_bound
 from ..schedule import Copy, Schedule, SolveReport
 from ..simulate import describe, simulate
 from ..units import format_size
-from .bounds import _SECONDS, blocking_moments, least_budget, lower_bounds, no_fit, order_moments, tight_moments
+from .bounds import (
+    _SECONDS,
+    blocking_moments,
+    least_budget,
+    lower_bounds,
+    moment_name,
+    no_fit,
+    order_moments,
+    tight_moments,
+)
 from .cuts import root_cuts
 from .lns import improve
 from .milp_model import (
@@ -520,7 +530,7 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
     b = lower_bounds(spec, seconds, target, order_seconds=_ORDER_SHARE * left if orders else 0.0, stop=stop,
                      moments=lambda: order_moments(spec, ids, fastest),
                      blocking=lambda: blocking_moments(spec, ids, fastest), blocking_seconds=_ORDER_SHARE * left,
-                     tight=lambda: tight_moments(spec, ids, fastest),
+                     tight=lambda: tight_moments(spec, ids, fastest, recomputations=True),
                      grow_seconds=_ORDER_SHARE * left if grow and orders else None)
     if np.isfinite(b["floor"]):
         return b
@@ -662,7 +672,7 @@ def _floor(graph: Graph, spec: ModelSpec, extra: dict, bounds=None) -> float:
     bound came from by name)."""
     b = dict(lower_bounds(spec) if bounds is None else bounds)
     if b["at"] is not None:
-        b["at"] = [graph.arrays.ids[v] for v in b["at"]]
+        b["at"] = [moment_name(graph.arrays.ids, m) for m in b["at"]]
     extra["lower_bounds"] = b
     extra["schedule_lower_bound"] = b["floor"]
     return b["floor"]
