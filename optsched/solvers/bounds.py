@@ -483,24 +483,23 @@ def tight_moments(spec: ModelSpec, ids, instructions, recomputations: bool = Fal
     room: dict = {}
     steps = [(v, spare) for v, spare in _replay(spec, ids, instructions, at_last_read=True) if spare is not None]
     seen = np.zeros(spec.n, dtype=bool)
-    firsts = []             # the steps that compute an operation for the first time
+    firsts, again = [], []      # the steps that compute an operation for the first time, and those that do again
     for k, (v, spare) in enumerate(steps):
-        if not seen[v]:
-            room[v] = spare
-            firsts.append(k)
+        (again if seen[v] else firsts).append(k)
+        room.setdefault(v, spare)
         seen[v] = True
-    anc: dict[int, np.ndarray] = {}
-    seen[:] = False
-    for k, (v, spare) in enumerate(steps):
-        if seen[v] and recomputations:
-            for f in firsts[bisect.bisect_right(firsts, k):]:
-                y = steps[f][0]
-                if y not in anc:
-                    anc[y] = _reach(spec.in_ptr, spec.in_idx, y, spec.n)
-                if anc[y][v]:
-                    room[(v, y, 0)] = min(room.get((v, y, 0), np.inf), spare)
-                    break
-        seen[v] = True
+    if recomputations:
+        made = np.array([steps[f][0] for f in firsts], dtype=np.int64)
+        found = 0
+        for k in sorted(again, key=lambda k: steps[k][1]):      # least to spare first, so each pair's least
+            if found == _TIGHT * _TIERS:
+                break
+            v, spare = steps[k]
+            later = made[bisect.bisect_right(firsts, k):]
+            later = later[_reach(spec.out_ptr, spec.out_idx, v, spec.n)[later]]
+            if later.size and (v, int(later[0]), 0) not in room:
+                room[(v, int(later[0]), 0)] = spare
+                found += 1
     return sorted(room, key=room.__getitem__)[:_TIGHT * _TIERS]
 
 
