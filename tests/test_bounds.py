@@ -1263,24 +1263,29 @@ def test_last_computations_before_an_operation_never_exceed_the_exhaustive_optim
     _check_orders_against_the_exhaustive_optimum(g, spec, budget, moments, 5.0, between=data.draw(st.booleans()))
 
 
-def _orders_value(spec, moments: list) -> float:
-    """The least over the orders of `moments` (`bounds._orders`) of the coupled programme's value."""
+def _orders_of(spec, moments: list) -> tuple[float, tuple]:
+    """(the least over the orders of `moments` of the coupled programme's value, that order: `bounds._orders`)."""
     needed = bounds._needed(spec)
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))
     anc = {moments[0]: bounds._reach(spec.in_ptr, spec.in_idx, bounds._op(moments[0]), spec.n)}
     return bounds._orders(spec, 0, needed, dst, anc, {}, (0.0, (moments[0],)), moments[1:], None, 10.0,
-                          threading.Event())[0]
+                          threading.Event())
+
+
+def _four_ops_and_a_loss() -> Graph:
+    """Four 1-byte forward operations of 1 us each, a 4-byte loss, the input's gradient required."""
+    return generate.training_graph([[-1], [0], [1], [2]], act_bytes=[1] * 4, cost=[1e-6] * 4, input_grad=True)
 
 
 def test_the_last_computation_of_the_loss_before_a_gradient_proves_more_than_first_computations():
     # four 1-byte forward operations and a 4-byte loss under 7 bytes: the first computations of g1 and g2, in
     # either order, prove that every schedule recomputes a forward operation; with the loss's last computation
     # before g1's first, two; the best schedule recomputes four
-    g = generate.training_graph([[-1], [0], [1], [2]], act_bytes=[1] * 4, cost=[1e-6] * 4, input_grad=True)
+    g = _four_ops_and_a_loss()
     spec = make_spec(g, one_gpu(7), swap=False)
     ix = g.arrays.index
     firsts = [ix["g1"], ix["g2"]]
-    plain, more = _orders_value(spec, firsts), _orders_value(spec, firsts + [(ix["loss"], ix["g1"], 0)])
+    (plain, _), (more, _) = _orders_of(spec, firsts), _orders_of(spec, firsts + [(ix["loss"], ix["g1"], 0)])
     forward = float(spec.ccost[0, ix["f0"]])
     assert plain == pytest.approx(forward) and more == pytest.approx(2 * forward)
     best, _ = exhaustive(g, 7)
@@ -1289,10 +1294,24 @@ def test_the_last_computation_of_the_loss_before_a_gradient_proves_more_than_fir
     assert best == pytest.approx((work + 4 * forward) / TIME_SCALE)
 
 
+def test_a_last_computation_that_raises_no_order_is_left_out_of_the_orders():
+    # under 7 bytes the loss's last computation before g1 raises the orders of g1 and g2 and stays in the weakest;
+    # under 8 it raises none, and the orders go on without it, to the same value as without it
+    g = _four_ops_and_a_loss()
+    ix = g.arrays.index
+    before = (ix["loss"], ix["g1"], 0)
+    for budget, kept in ((7, True), (8, False)):
+        spec = make_spec(g, one_gpu(budget), swap=False)
+        val, order = _orders_of(spec, [ix["g1"], before, ix["g2"]])
+        assert (before in order) == kept and ix["g2"] in order
+        if not kept:
+            assert val == pytest.approx(_orders_of(spec, [ix["g1"], ix["g2"]])[0]) and val > 0
+
+
 def test_tight_recomputations_name_an_operation_the_schedule_computes_again_before_a_descendant():
     # `tight_moments` with recomputations: each (u, y, 0) has u an ancestor of y, and the schedule computes u again
     # before it first computes y; the bound's report names it so
-    g = generate.training_graph([[-1], [0], [1], [2]], act_bytes=[1] * 4, cost=[1e-6] * 4, input_grad=True)
+    g = _four_ops_and_a_loss()
     spec = make_spec(g, one_gpu(7), swap=False)
     _, instructions = exhaustive(g, 7)
     ids = g.arrays.ids
