@@ -117,6 +117,7 @@ it first.
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import threading
 import time
@@ -482,28 +483,24 @@ def tight_moments(spec: ModelSpec, ids, instructions, recomputations: bool = Fal
     an ancestor of; after the others, so that `_grow` takes them only where those stop raising the bound (among
     them, they pushed out the operations GPT-2 at 30% of its keep-everything memory grows its chain with: 1.6481x
     -> 1.6235x of keep-everything's time)."""
-    room: dict = {}
+    room: dict[int, float] = {}
     steps = [(v, spare) for v, spare in _replay(spec, ids, instructions, at_last_read=True) if spare is not None]
-    seen = np.zeros(spec.n, dtype=bool)
     firsts, again = [], []      # the steps that compute an operation for the first time, and those that do again
     for k, (v, spare) in enumerate(steps):
-        (again if seen[v] else firsts).append(k)
+        (again if v in room else firsts).append(k)
         room.setdefault(v, spare)
-        seen[v] = True
+    befores: list[tuple[int, int, int]] = []
     if recomputations:
         made = np.array([steps[f][0] for f in firsts], dtype=np.int64)
-        found = 0
-        for k in sorted(again, key=lambda k: steps[k][1]):      # least to spare first, so each pair's least
-            if found == _TIGHT * _TIERS:
+        for k in sorted(again, key=lambda k: steps[k][1]):      # least to spare first
+            if len(befores) == _TIGHT * _TIERS:
                 break
-            v, spare = steps[k]
+            v = steps[k][0]
             later = made[bisect.bisect_right(firsts, k):]
             later = later[_reach(spec.out_ptr, spec.out_idx, v, spec.n)[later]]
-            if later.size and (v, int(later[0]), 0) not in room:
-                room[(v, int(later[0]), 0)] = spare
-                found += 1
-    tight = sorted(room, key=room.__getitem__)
-    return [m for m in tight if not isinstance(m, tuple)][:_TIGHT * _TIERS] + [m for m in tight if isinstance(m, tuple)]
+            if later.size and (v, int(later[0]), 0) not in befores:
+                befores.append((v, int(later[0]), 0))
+    return sorted(room, key=room.__getitem__)[:_TIGHT * _TIERS] + befores
 
 
 def order_moments(spec: ModelSpec, ids, instructions) -> list[int]:
@@ -628,6 +625,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     where given); the orders over `blocking` take
     at most _BLOCKING seconds less what `_grow` took."""
     t0 = time.perf_counter()
+    tight = functools.cache(tight) if tight is not None else None     # the growth and the orders both take it
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
     lp, anc = _ranked(spec, d, needed, dst, seconds)
     single = {}                         # x -> what every schedule recomputes after x's first computation
@@ -675,7 +673,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         return best, at
     head = _reader(spec, needed, at, anc)
     known = set(at) | set(head)     # a moment (u, y, 0) restricts u only up to y, where the chain has y
-    again = [m for m in tight() if isinstance(m, tuple) and m[1] in known][:_AGAIN] if tight is not None else []
+    again = [m for m in tight() if _last_before(m) and m[1] in known][:_AGAIN] if tight is not None else []
     ms = list(dict.fromkeys(head + again + ms))
     return _orders(spec, d, needed, dst, anc, single, (best, at), ms, cutoff, seconds, stop)
 
@@ -810,7 +808,7 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
         problems = [_coupled(spec, d, list(o), needed, dst, anc, single, between=between)[0] for o in orders]
         left = seconds - (time.perf_counter() - t0)     # all of it, each: the bound needs every order to reach
         vals = _side_by_side(problems, left, reach, stop)
-        if isinstance(y, tuple) and len(y) == 3 and max(vals) <= val * (1 + 1e-9):
+        if _last_before(y) and max(vals) <= val * (1 + 1e-9):
             idle.add(y)     # the order as it was covers every place of y, and each later moment is not multiplied
             continue
         leaves.remove((val, seq))
@@ -824,11 +822,16 @@ def _op(m) -> int:
     return m[0] if isinstance(m, tuple) else m
 
 
+def _last_before(m) -> bool:
+    """Whether moment m is (u, y, 0): u's last computation before y's first."""
+    return isinstance(m, tuple) and len(m) == 3
+
+
 def moment_name(ids, m) -> str:
     """A moment (see `_op`) in words, by the names `ids` of its operations."""
     if not isinstance(m, tuple):
         return ids[m]
-    if len(m) == 3:
+    if _last_before(m):
         return f"{ids[m[0]]} (last before {ids[m[1]]})"
     return f"{ids[m[0]]} (final)" if m[1] < 0 else f"{ids[m[0]]} (last before the final {ids[m[1]]})"
 
@@ -839,7 +842,7 @@ def _precedes(anc: dict, a, b) -> bool:
     a = (v, w) and b = (w, -1), or a = (u, y, 0) and b computes y or a descendant of y (after y's first
     computation)."""
     if isinstance(a, tuple):
-        if len(a) == 3:
+        if _last_before(a):
             return _op(b) == a[1] or bool(anc[b][a[1]])
         return a[1] >= 0 and b == (a[1], -1)
     return bool(anc[b][a]) or (isinstance(b, tuple) and b[0] == a)
@@ -1016,14 +1019,14 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
         cost[R[j, v]] = np.nan_to_num(spec.ccost[d, v])
         ub[R[j, v[spec.once[v]]]] = 0.0
         # held from a final moment (w, -1) to the end, and from (v, w) to w's final moment, and not computed again
-        if isinstance(chain[j], tuple) and len(chain[j]) == 2:
+        if isinstance(chain[j], tuple) and not _last_before(chain[j]):
             until = k if chain[j][1] < 0 else next((i for i in range(j + 1, k) if chain[i] == (chain[j][1], -1)), j)
             held = np.array([i for i in range(j + 1, until) if ops[i] != x], dtype=np.int64)
             lb[S[held, x][S[held, x] >= 0]] = 1.0
             ub[R[held, x][R[held, x] >= 0]] = 0.0
         # (u, y, 0): u not computed again in the intervals that end at y's first computation or before it: up to
         # y where the chain (in the order it is taken) has it, else up to the moments before y in every schedule
-        elif isinstance(chain[j], tuple):
+        elif _last_before(chain[j]):
             y = chain[j][1]
             if y in chain[j + 1:]:
                 until = chain.index(y, j + 1)
