@@ -938,6 +938,18 @@ def test_a_cutoff_proves_only_whether_the_optimum_reaches_it():
     assert bounds._solve(infeasible, True, 5.0, cutoff=3.0) == pytest.approx(3.0)
 
 
+def test_without_sub_mips_a_programme_proves_the_same_against_its_cutoff():
+    # the coupled programme over the 8-layer MLP's backward chain at 70% of its keep-everything memory: with and
+    # without HiGHS's sub-MIP heuristics, a cutoff below its optimum is reached and one above it gives the optimum
+    g = captured_mlp(8)
+    _, chain, (problem, _) = _backward_chain_programme(g, one_gpu(int(0.7 * ke_peak(g))))
+    optimum = bounds._solve(problem, True, 30.0)
+    assert optimum > 0
+    for cutoff in (0.5 * optimum, 2 * optimum):
+        values = [bounds._solve(problem, True, 30.0, cutoff=cutoff, sub_mips=sub) for sub in (True, False)]
+        assert values == pytest.approx([min(cutoff, optimum)] * 2, rel=1e-4)     # HiGHS's relative gap
+
+
 def test_a_ctrl_c_during_the_orders_ends_them_with_the_bound_so_far(monkeypatch, ctrl_c):
     # the orders' programmes (made to run until stopped) are running when Ctrl-C comes: it sets `stop`, they end
     # at once, and the bound is what the moments proved before them
@@ -950,7 +962,7 @@ def test_a_ctrl_c_during_the_orders_ends_them_with_the_bound_so_far(monkeypatch,
     started = threading.Event()
     real = bounds._solve
 
-    def slow(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0):
+    def slow(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0, sub_mips=True):
         if cutoff is None:
             return real(problem, integer, seconds, point)
         started.set()
@@ -1007,7 +1019,7 @@ def test_a_core_left_idle_takes_a_copy_of_a_running_programme_under_another_seed
     monkeypatch.setattr(bounds.os, "cpu_count", lambda: 2)
     calls, stopped = [], []
 
-    def fake(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0):
+    def fake(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0, sub_mips=True):
         calls.append((problem, seed))
         if problem == "slow" and seed == 0:
             stopped.append(stop.wait(30))
@@ -1025,7 +1037,7 @@ def test_a_core_left_idle_takes_a_copy_of_a_running_programme_under_another_seed
     calls.clear()
     stopped.clear()
 
-    def stalled(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0):
+    def stalled(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0, sub_mips=True):
         calls.append(seed)
         stop.wait(30)
         return 1.5 if seed else 1.0

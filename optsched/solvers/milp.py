@@ -628,11 +628,13 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
                                                     extra=extra), graph=graph.name)
 
 
-_ORDER_SHARE = 0.9      # of the time left when the bounds start (beside lp-rounding's LP, or after the candidates),
+_ORDER_SHARE = 0.95     # of the time left when the bounds start (beside lp-rounding's LP, or after the candidates),
                         # at most, for the orders of moments (`_bounds`); 0.6 left the 3-layer GPT-2 at 30% of its
                         # keep-everything memory 4-7 s short of the proof, and on models this large HiGHS found
                         # nothing in the rest (16 s side by side); with 0.8 its orders proved it in 26-31 s of their
-                        # 31-32 s in two runs and used up 29-31 s without it in two others,
+                        # 31-32 s in two runs and used up 29-31 s without it in two others; with 0.9 BERT at 40%
+                        # had its orders take 42-43 s of 43 s and was proven in two runs of three, with 0.95 in
+                        # three of three (orders of 45 s)
 _ORDER_FROM_NNZ = 200_000   # on stage models this large, whose root LP alone takes HiGHS tens of seconds (GPT-2
 # at 35%: 352k nonzeros, no node in 40 s). Below, HiGHS closes such gaps itself, and the orders would only take its
 # time (a random 40-layer graph at 50% of its keep-everything memory, 92k nonzeros: 6 s of 15 found nothing, and
