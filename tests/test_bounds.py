@@ -942,7 +942,7 @@ def test_without_sub_mips_a_programme_proves_the_same_against_its_cutoff():
     # the coupled programme over the 8-layer MLP's backward chain at 70% of its keep-everything memory: with and
     # without HiGHS's sub-MIP heuristics, a cutoff below its optimum is reached and one above it gives the optimum
     g = captured_mlp(8)
-    _, chain, (problem, _) = _backward_chain_programme(g, one_gpu(int(0.7 * ke_peak(g))))
+    _, _, (problem, _) = _backward_chain_programme(g, one_gpu(int(0.7 * ke_peak(g))))
     optimum = bounds._solve(problem, True, 30.0)
     assert optimum > 0
     for cutoff in (0.5 * optimum, 2 * optimum):
