@@ -103,8 +103,8 @@ the moment joins the growth of the chain where it lies above or below every mome
 moments first after `_reader`'s (at most _AGAIN, each with its y among the moments): at BERT's 40% of its
 keep-everything memory, GELU's recomputation before the classifier's weight gradient, which reads the last layer
 norm's output. There every order that puts it before the loss's gradient has no point, and the others reach the
-target: the bound 1.5010x -> 1.5152x of keep-everything's time, within 1% of the schedule's 1.5305x, proven after
-85 s of a 120 s solve (its orders take 62-66 s; in 60 s they stop short and the bound stays 1.5010x).
+target: the bound 1.5010x -> 1.5152x of keep-everything's time, within 1% of the schedule's 1.5305x, proven in
+the 60 s solve (its orders take 43 s, their programmes without HiGHS's sub-MIP heuristics: `_solve`'s `sub_mips`).
 
 Where many gradients are alike, their orders are too many to try, and `_latest` needs none: of the moments (v, w),
 one per weight gradient w of a group, take whichever comes last. Every other gradient of the group was computed
@@ -352,9 +352,7 @@ def _latest(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, pairs:
                 return None
             if (v, w) not in built:
                 chain = [(v, w), (w, -1)]
-                for m in chain:
-                    if m not in anc:
-                        anc[m] = _reach(spec.in_ptr, spec.in_idx, _op(m), spec.n)
+                _ancestors(spec, anc, chain)
                 built[(v, w)] = _coupled(at, d, chain, needed, dst, anc, {}, between=True)
             problem, (S, _, _) = built[(v, w)]
             rows = [(S[0, w2], S[0, v2]) for v2, w2 in group if w2 != w and v2 != v]
@@ -588,6 +586,13 @@ def _reach(ptr: np.ndarray, idx: np.ndarray, start: int, n: int) -> np.ndarray:
     return seen
 
 
+def _ancestors(spec: ModelSpec, anc: dict, moments) -> None:
+    """Adds to `anc` the ancestors of each moment's operation (`_op`) that it lacks: found once per moment."""
+    for m in moments:
+        if m not in anc:
+            anc[m] = _reach(spec.in_ptr, spec.in_idx, _op(m), spec.n)
+
+
 def _candidates(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """The operations at which keeping everything (in the model's order) holds the most bytes; `dst[e]` reads
     the input `spec.in_idx[e]`."""
@@ -707,9 +712,7 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
         return rank[m] if not isinstance(m, tuple) else rank[m[1]] - 0.5
 
     cands = [y for y in cands if needed[_op(y)]]
-    for y in cands:
-        if y not in anc:
-            anc[y] = _reach(spec.in_ptr, spec.in_idx, _op(y), spec.n)
+    _ancestors(spec, anc, cands)
     tier, failed = _TIGHT, set()      # how many of cands are tried (a tier at a time); those that raised nothing
 
     def bound(y: int) -> tuple[float, bool]:
@@ -791,9 +794,7 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
     and the moments after it are not tried at each of its places (the 6-layer MLP at 75% of keep-everything's
     memory: two such moments first, and its orders stopped short of those before them, 0.0546 -> 0.0409)."""
     t0 = time.perf_counter()
-    for y in moments:
-        if y not in anc:
-            anc[y] = _reach(spec.in_ptr, spec.in_idx, _op(y), spec.n)
+    _ancestors(spec, anc, moments)
     leaves = [start]
     idle = set()        # moments (u, y, 0) that raised no order where they were taken: left out
     while True:
@@ -1032,7 +1033,7 @@ def _coupled(spec: ModelSpec, d: int, chain: list[int], needed: np.ndarray, dst:
             if y in chain[j + 1:]:
                 until = chain.index(y, j + 1)
             else:
-                anc.setdefault(y, _reach(spec.in_ptr, spec.in_idx, y, n))
+                _ancestors(spec, anc, [y])
                 until = next((i for i in range(j + 1, k) if not _precedes(anc, chain[i], y)), k) - 1
             # a later moment that computes u before y is the same computation: its own column stays
             later = np.array([R[i, x] for i in range(j + 1, until) if ops[i] != x], dtype=np.int64)
@@ -1224,8 +1225,9 @@ def _solve(problem, integer: bool, seconds: float, point: bool = False, cutoff: 
     if cutoff is not None and integer:
         h.setOptionValue("objective_bound", float(cutoff))
         h.setOptionValue("mip_heuristic_effort", 0.0)
-        for heuristic in () if sub_mips else ("rins", "rens", "root_reduced_cost"):
-            h.setOptionValue(f"mip_heuristic_run_{heuristic}", False)
+        if not sub_mips:
+            for heuristic in ("rins", "rens", "root_reduced_cost"):
+                h.setOptionValue(f"mip_heuristic_run_{heuristic}", False)
         h.setOptionValue("mip_pscost_minreliable", 0)
     run_highs(h)
     st = h.getModelStatus()
