@@ -62,6 +62,7 @@ class GraphArrays:
     kind: np.ndarray
     cost: dict[str, np.ndarray]
     output_of: np.ndarray      # index of `Node.output_of`, -1 where empty
+    inputs: tuple[tuple[str, ...], ...]     # each node's distinct inputs by id, as in the CSR: for loops over names
 
     def inputs_of(self, i: int) -> np.ndarray:
         return self.in_idx[self.in_ptr[i]:self.in_ptr[i + 1]]
@@ -135,6 +136,7 @@ def _build_arrays(graph: Graph) -> GraphArrays:
         kind=np.array([kinds.get(node.kind, -1) for node in graph.nodes], dtype=np.int8),
         cost=cost,
         output_of=np.array([_maker(index, node) for node in graph.nodes], dtype=np.int64),
+        inputs=tuple(tuple(ids[j] for j in u) for u in ins),
     )
 
 

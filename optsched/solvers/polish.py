@@ -88,7 +88,7 @@ def _dead_computations(graph: Graph, ins: list, firsts: bool = False) -> set[int
     lp-rounding's schedule of the 3-layer GPT-2 at 25% of its keep-everything memory. A first computation of an
     op that makes other outputs, or of one of those (`Node.output_of`), stays: its run makes them."""
     a = graph.arrays
-    idx, ids = a.index, a.ids
+    idx = a.index
     if firsts:
         tied = a.output_of >= 0                 # the other outputs
         tied[a.output_of[tied]] = True          # and their makers
@@ -96,17 +96,18 @@ def _dead_computations(graph: Graph, ins: list, firsts: bool = False) -> set[int
     computed: set[str] = set()
     dead: set[int] = set()
     for i, x in enumerate(ins):
-        if isinstance(x, Compute):
+        kind = type(x)
+        if kind is Compute:
             v = idx[x.node]
-            for u in a.in_idx[a.in_ptr[v]:a.in_ptr[v + 1]]:
-                open_[(ids[u], x.device)] = None
+            for u in a.inputs[v]:
+                open_[(u, x.device)] = None
             first = x.node not in computed
             open_[(x.node, x.device)] = None if first and (not firsts or tied[v]) else i
             computed.add(x.node)
-        elif isinstance(x, Copy):
+        elif kind is Copy:
             open_[(x.node, x.src)] = None
             open_[(x.node, x.dst)] = None
-        elif isinstance(x, Free):
+        elif kind is Free:
             j = open_.pop((x.node, x.device), None)
             if j is not None:
                 dead.update((j, i))
@@ -163,19 +164,21 @@ def _keep(graph: Graph, ins: list, tags: list, f: int, c: int, firsts: bool = Fa
         drop.update(rest[k] for k in dead)
 
 
-def _reads(graph: Graph, x, dev: str) -> list[str]:
+def _reads(graph: Graph, x, dev: str) -> tuple[str, ...]:
     """The values instruction x reads on device dev."""
-    a = graph.arrays
-    if isinstance(x, Compute) and x.device == dev:
-        return [a.ids[u] for u in a.inputs_of(a.index[x.node])]
-    if isinstance(x, Copy) and x.src == dev:
-        return [x.node]
-    return []
+    kind = type(x)
+    if kind is Compute and x.device == dev:
+        a = graph.arrays
+        return a.inputs[a.index[x.node]]
+    if kind is Copy and x.src == dev:
+        return (x.node,)
+    return ()
 
 
 def _makes(x, dev: str) -> str | None:
     """The value instruction x makes resident on device dev, if any."""
-    if isinstance(x, Compute) and x.device == dev or isinstance(x, Copy) and x.dst == dev:
+    kind = type(x)
+    if kind is Compute and x.device == dev or kind is Copy and x.dst == dev:
         return x.node
     return None
 
@@ -186,10 +189,11 @@ def _tighten(graph: Graph, ins: list, tags: list) -> list:
     last: dict[tuple[str, str], int] = {}
     after: dict[int, list[int]] = {}
     for i, x in enumerate(ins):
-        if isinstance(x, Free):
+        kind = type(x)
+        if kind is Free:
             after.setdefault(last.pop((x.node, x.device), i), []).append(i)
             continue
-        for dev in ({x.device} if isinstance(x, Compute) else {x.src, x.dst} if isinstance(x, Copy) else ()):
+        for dev in ((x.device,) if kind is Compute else (x.src, x.dst) if kind is Copy else ()):
             made = _makes(x, dev)
             if made is not None:
                 last[(made, dev)] = i
@@ -197,7 +201,7 @@ def _tighten(graph: Graph, ins: list, tags: list) -> list:
                 last[(u, dev)] = i
     order = []
     for i, x in enumerate(ins):
-        if not isinstance(x, Free):
+        if type(x) is not Free:
             order.append(i)
         order.extend(after.get(i, ()))
     return [tags[i] for i in order]
@@ -212,7 +216,7 @@ class _Residency:
         self.reads: dict[str, list[int]] = {}
         open_: dict[str, int] = {}
         for i, x in enumerate(ins):
-            if isinstance(x, Free) and x.device == dev:
+            if type(x) is Free and x.device == dev:
                 s = open_.pop(x.node, None)
                 if s is not None:
                     self.spans.setdefault(x.node, []).append((s, i))
@@ -260,7 +264,7 @@ def _missing(graph: Graph, res: _Residency, w: str, q: int) -> list[str] | None:
         v = a.index[u]
         if u != w and not a.recomputable[v]:
             return False
-        if not all(need(a.ids[i]) for i in a.inputs_of(v)):
+        if not all(need(i) for i in a.inputs[v]):
             return False
         seen.add(u)
         out.append(u)
@@ -292,8 +296,8 @@ def _moves(graph: Graph, ins: list, p: int, dev: str):
             # deferred, to the latest point up to its reader where its missing inputs cost the least
             last = nxt if nxt is not None else n
             spots = {p + 1, last}
-            for u in a.inputs_of(v).tolist():
-                for s, e in res.spans.get(a.ids[u], ()):
+            for u in a.inputs[v]:
+                for s, e in res.spans.get(u, ()):
                     spots.update(q for q in (s + 1, e) if p < q <= last)
             best = None
             for q in sorted(spots, reverse=True):
@@ -323,7 +327,7 @@ def _hoistable(graph: Graph, res: _Residency, x, i: int, p: int, dev: str) -> bo
     a = graph.arrays
     if not isinstance(x, Compute) or x.device != dev or res.span_at(x.node, p) is not None:
         return False
-    return (all(res.span_at(a.ids[u], p) is not None for u in a.inputs_of(a.index[x.node]).tolist())
+    return (all(res.span_at(u, p) is not None for u in a.inputs[a.index[x.node]])
             and not any(p < s < i for s, _ in res.spans.get(x.node, ())))
 
 
