@@ -8,9 +8,10 @@ from optsched.cluster import Cluster, Device, Link
 from optsched.graph import Graph, Node, check_graph
 
 
-def small_dag(n: int, seed: int, *, ws: bool = False) -> Graph:
+def small_dag(n: int, seed: int, *, ws: bool = False, output: bool = False) -> Graph:
     """n nodes: node 0 an input (not recomputable), the others read 1-2 earlier
-    nodes; sinks are required; random bytes, costs (cpu 3x slower), workspace."""
+    nodes; sinks are required; random bytes, costs (cpu 3x slower), workspace.
+    `output`: node 1's op also makes "m1" (`Node.output_of`), which the last node reads."""
     rng = np.random.default_rng(seed)
     nodes = [Node("n0", "in", "input", (), {"cuda": 0.0, "cpu": 0.0}, int(rng.integers(1, 4)) * 100,
                   recomputable=False)]
@@ -23,8 +24,16 @@ def small_dag(n: int, seed: int, *, ws: bool = False) -> Graph:
         c = float(rng.integers(1, 6))
         nodes.append(Node(f"n{i}", "op", "forward", tuple(f"n{j}" for j in ins), {"cuda": c, "cpu": 3 * c},
                           int(rng.integers(1, 4)) * 100, int(rng.integers(0, 2)) * 50 if ws else 0))
+    if output and n > 2:
+        consumers.append(0)
+        consumers[1] += 1
+        nodes.append(Node("m1", "op", "forward", ("n1",), {"cuda": 0.0, "cpu": 0.0}, int(rng.integers(1, 4)) * 100,
+                          recomputable=False, output_of="n1"))
+        last = nodes[n - 1]
+        nodes[n - 1] = Node(last.id, last.op, last.kind, (*last.inputs, "m1"), last.cost, last.bytes, last.workspace)
+        consumers[n] += 1
     nodes = [Node(x.id, x.op, x.kind, x.inputs, x.cost, x.bytes, x.workspace, x.recomputable,
-                  required=consumers[i] == 0) for i, x in enumerate(nodes)]
+                  required=consumers[i] == 0, output_of=x.output_of) for i, x in enumerate(nodes)]
     return check_graph(Graph(tuple(nodes), name=f"dag-{n}-{seed}"))
 
 

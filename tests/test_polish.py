@@ -329,14 +329,14 @@ def test_an_other_output_is_made_by_its_makers_last_run_before_its_reader_so_a_k
     out, r = keep_instead_of_recompute(g, cl, Schedule(tuple(ins)))
     assert r.valid and r.recomputed == 1 and r.makespan == before.makespan - 5.0 and r.peak["gpu0"] <= 470
     assert [x.node for x in out.instructions if isinstance(x, Compute)] == list("xpqabpog")
-    assert remade_outputs(g, remade, first=True) == ins       # back after p's first run
+    assert remade_outputs(g, remade, first=[True] * len(g.nodes)) == ins       # back after p's first run
 
 
 def test_the_milp_stages_a_schedule_whose_other_output_a_later_run_of_its_maker_made_where_the_model_counts_it():
-    # the stage model counts o from p's first run: a schedule that computes o after p's last run is staged with o
-    # there, in Checkmate's window of 0 (it fits at 470 bytes, as the schedule it was remade from does). Staged as
-    # it is, o's inputs come from the later runs, and it was refused ("'o' is first computed 4 stages after its
-    # position"; lp-rounding's schedule for the 3-layer GPT-2 at 25%: 242)
+    # a schedule that computes o after p's last run is staged with o in that run's stage, where the stage model
+    # lets an other output come late (`milp_model.late_outputs`), in Checkmate's window of 0; staged as a first
+    # computation at its position, o was refused ("'o' is first computed 4 stages after its position";
+    # lp-rounding's schedule for the 3-layer GPT-2 at 25%: 242)
     import importlib
 
     milp = importlib.import_module("optsched.solvers.milp")
@@ -350,3 +350,7 @@ def test_the_milp_stages_a_schedule_whose_other_output_a_later_run_of_its_maker_
     objective, spec, decisions, why = milp._stage(g, spec_of, "remade", sched, None)
     assert decisions is not None and spec.K == 0, why
     assert objective == simulate(g, cl, sched).makespan
+    index = g.arrays.index
+    runs = decisions.R[0][:, [index["p"], index["o"]]]
+    assert runs[:, 1].sum() == 1 and runs[:, 0].sum() == 2
+    assert runs[:, 0].nonzero()[0][-1] == runs[:, 1].nonzero()[0][0]    # o with p's last run, in its stage

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..graph import Graph
-from .milp_model import TIME_SCALE, ModelSpec, spec_for
+from .milp_model import TIME_SCALE, ModelSpec, late_outputs, spec_for
 from .options import SolveOptions
 
 
@@ -56,11 +56,24 @@ def bruteforce_optimum(spec: ModelSpec) -> float | None:
     bytes_ = spec.nbytes.tolist()
     ws = spec.ws.tolist()
     order = spec.order.tolist()
+    # an op's other output is computed with the node that makes it: always with a window (K > 0), after its
+    # window where it may come late (K = 0); there the node's workspace row leaves it out (K > 0)
+    maker = [-1] * n if spec.output_of is None else spec.output_of.tolist()
+    late = late_outputs(spec.output_of, spec.once, spec.required)
+    due_at = [int(spec.r_hi[v]) if late[v] else int(spec.pos[v]) + spec.K for v in range(n)]
+
+    def with_maker(v: int, t: int) -> bool:
+        return maker[v] >= 0 and (spec.K > 0 or (late[v] and t > spec.pos[v]))
+
+    def workspace(Rd) -> float:
+        made = {v: sum(bytes_[o] for o in Rd if maker[o] == v) if spec.K > 0 else 0.0 for v in Rd}
+        return max([ws[v] - made[v] for v in Rd if ws[v] > 0] + [0.0])
+
     start = (tuple(frozenset() for _ in range(nD)), frozenset())
     states = {start: 0.0}
     for t in range(T):
         nxt: dict = {}
-        due = {v for v in range(n) if spec.pos[v] + spec.K == t}
+        due = {v for v in range(n) if due_at[v] == t}
         for (res, done), cost in states.items():
             # computations per device
             rc = []
@@ -72,7 +85,7 @@ def bruteforce_optimum(spec: ModelSpec) -> float | None:
                     have = set(res[d])
                     ok = True
                     for v in sub:            # `cand` is in stage order, so are the subsets
-                        if any(u not in have for u in ins[v]):
+                        if any(u not in have for u in ins[v]) or (with_maker(v, t) and maker[v] not in sub):
                             ok = False
                             break
                         have.add(v)
@@ -107,7 +120,7 @@ def bruteforce_optimum(spec: ModelSpec) -> float | None:
                         if not spec.mem_row[d] or spec.instage:
                             continue
                         held = res[d] | Rs[d] | incoming[d]
-                        mem = sum(bytes_[v] for v in held) + max((ws[v] for v in Rs[d]), default=0.0)
+                        mem = sum(bytes_[v] for v in held) + workspace(Rs[d])
                         if mem > spec.budget[d]:
                             over = True
                             break

@@ -66,7 +66,9 @@ Reductions and what they cost:
   counts from its maker's run) comes right after its maker in the order with
   no gap stage before it (K = 0), or is computed in its maker's stage on its
   device (K > 0, where it shares the maker's window and the maker's workspace
-  row leaves it out).
+  row leaves it out); after its window, only in a stage that recomputes its
+  maker there (`milp_model.late_outputs`: a norm's statistics made in the
+  backward pass, with the norm's recomputation).
   So an infeasible model proves nothing (InfeasibleError `restricted`).
 - cuts (exact: valid for every integer point, so the optimum is unchanged):
   before branch and bound, rounds of LP and separation of recomputation-chain
@@ -192,6 +194,7 @@ from .milp_model import (
     decisions_from_schedule,
     decisions_from_x,
     emit,
+    late_outputs,
     order_of,
     recompute_gaps,
     spec_for,
@@ -346,10 +349,13 @@ def _stage(graph, spec_of, name, sched, window):
     budget in the model's whole-stage count, they get gap stages of their own (memory
     counted one computation at a time there, as the simulator counts it). Gaps are
     opened only where needed: every stage adds columns. An op's other output is staged
-    right after the op's first run, where the model counts it, wherever the schedule
-    computes it (`polish.remade_outputs`)."""
-    canonical = remade_outputs(graph, list(sched.instructions), first=True)
-    if canonical is not None:       # the model counts an op's other outputs from its first run
+    with the op's last run before its readers (`polish.remade_outputs`), where the simulator
+    counts it from: a recomputation, where the model lets it come late
+    (`milp_model.late_outputs`), else the op's first run."""
+    spec = spec_of(None, window)
+    early = ~late_outputs(spec.output_of, spec.once, spec.required)
+    canonical = remade_outputs(graph, list(sched.instructions), first=early)
+    if canonical is not None:
         sched = Schedule(tuple(canonical), sched.report, sched.graph)
     order = order_of(graph, sched)
     if order is None:
@@ -363,9 +369,12 @@ def _stage(graph, spec_of, name, sched, window):
         rank = np.searchsorted(spec.pos[order], over, side="left") if over is not None else np.array([], int)
         rank = rank[rank < len(order)]
         opened = rank[(gaps[rank] == 0) & (wanted[rank] > 0)]
-        if not opened.size:
+        if opened.size:
+            gaps[opened] = wanted[opened]
+        elif (gaps != wanted).any():    # the overflow is where the gaps are open: every recomputation its own stage
+            gaps = wanted.copy()
+        else:
             return None, spec, None, f"{name}: {why}"
-        gaps[opened] = wanted[opened]
 
 
 def _stage_over(graph, spec_of, sched, order, window, gaps):

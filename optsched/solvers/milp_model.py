@@ -144,6 +144,7 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
         pos[made] = pos[a.output_of[made]]
     once = ~a.recomputable.copy() if recompute else np.ones(n, dtype=bool)
     required = a.required.copy()
+    late = late_outputs(a.output_of, once, required)
     # liveness (exact under the model's rules): comp_end(v) = last stage where computing v can
     # serve anything; need_end(v) = last stage where some consumer of v can be computed.
     in_ptr, in_idx, out_ptr, out_idx = a.in_ptr, a.in_idx, a.out_ptr, a.out_idx
@@ -155,7 +156,7 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
         ne = int(r_hi[outs].max()) if outs.size else -1
         need_end[v] = ne
         w_end = min(T - 1, int(pos[v]) + K)
-        if once[v] or required[v]:
+        if (once[v] and not late[v]) or required[v]:
             r_hi[v] = w_end
         else:
             r_hi[v] = min(T - 1, max(w_end, ne))
@@ -175,6 +176,19 @@ def make_spec(graph: Graph, cluster: Cluster, *, order=None, recompute: bool = T
                      out_ptr=out_ptr, out_idx=out_idx, runs=runs, instage=instage, output_of=a.output_of)
     spec.notes["unrunnable"] = [a.ids[v] for v in np.flatnonzero(~runs.any(axis=0))]
     return spec
+
+
+def late_outputs(output_of: np.ndarray | None, once: np.ndarray, required: np.ndarray) -> np.ndarray:
+    """Per node: an op's other output that may be computed, once, in a later stage than its window, with a
+    recomputation of the node that makes it (`build_model`, 5b): the simulator counts it from that run, so a
+    schedule that needs a layer norm's statistics only in the backward pass makes them with the norm's
+    recomputation there, not in the forward pass to hold them all the way (GPT-2 at 30% of its keep-everything
+    memory: DTR's schedule, which does so, fits no model without it)."""
+    if output_of is None:
+        return np.zeros(once.shape, dtype=bool)
+    late = (output_of >= 0) & once & ~required
+    late[late] = ~once[output_of[late]]
+    return late
 
 
 def spec_for(graph: Graph, cluster: Cluster, options, *, order=None, window=None, gaps=None) -> ModelSpec:
@@ -388,6 +402,11 @@ def build_model(spec: ModelSpec) -> MilpArrays:
     # --- columns
     runn = ~np.isnan(spec.ccost)                                   # (nD, n)
     Rmask = _domain(spec.r_lo, spec.r_hi, T)[None, :, :] & runn[:, None, :]
+    late = late_outputs(spec.output_of, spec.once, spec.required)
+    inwin = _domain(spec.pos, spec.pos + spec.K, T)
+    if late.any():      # after its window, an op's other output only where its maker may run (5b)
+        lo = np.flatnonzero(late)
+        Rmask[:, :, lo] &= inwin[None, :, lo] | Rmask[:, :, spec.output_of[lo]]
     Sdom = _domain(spec.s_lo, spec.s_hi, T + 1)                    # (T+1, n)
     into = np.zeros((nD, n), dtype=bool)                           # can v reach d at all
     into |= runn
@@ -495,8 +514,9 @@ def build_model(spec: ModelSpec) -> MilpArrays:
         rows.block("copy-source", m, np.concatenate([ar, ar]), np.concatenate([C[k, t_, v_], S[a, t_, v_]]),
                    np.concatenate([np.ones(m), -np.ones(m)]), -inf, 0.0)
 
-    # 5. first computation inside the window [pos, pos+K]; exactly once where `once`
-    win = _domain(spec.pos, spec.pos + spec.K, T)[None, :, :] & (R >= 0)
+    # 5. first computation inside the window [pos, pos+K]; exactly once where `once` (a late other output:
+    #    once, in its window or after it, 5b)
+    win = (inwin | late[None, :])[None, :, :] & (R >= 0)
     d_, t_, v_ = np.nonzero(win)
     lo = np.ones(n)
     hi = np.where(spec.once, 1.0, inf)
@@ -506,10 +526,15 @@ def build_model(spec: ModelSpec) -> MilpArrays:
 
     # 5b. an op's other output is computed where and when the node that makes it is, R[d,t,o] <= R[d,t,p], so
     # it is counted from then; with K > 0 it shares that node's window (with K = 0, one device and no copies, it
-    # comes in the stage right after that node's, which ends its stage: `make_spec`'s order)
+    # comes in the stage right after that node's, which ends its stage: `make_spec`'s order); after its window,
+    # a late one (`late_outputs`) comes with a recomputation of that node
     made = np.array([o for o, _ in _made_with(spec)], dtype=np.int64)
+    pair = R[:, :, made] >= 0
+    if not spec.K and late.any():
+        made = np.flatnonzero(late)
+        pair = (R[:, :, made] >= 0) & ~inwin[None, :, made]
     if made.size:
-        d_, t_, j_ = np.nonzero(R[:, :, made] >= 0)
+        d_, t_, j_ = np.nonzero(pair)
         o_ = made[j_]
         m = o_.size
         ar = np.arange(m)
@@ -702,6 +727,32 @@ def order_of(graph: Graph, schedule: Schedule) -> np.ndarray | None:
     return np.array(order, dtype=np.int64)
 
 
+def late_computes(graph: Graph, instructions) -> dict[int, int]:
+    """{i: j}: instruction i computes an op's other output for the first time, with its maker's latest run on
+    that device, instruction j, a recomputation: staged with j (`late_outputs`), not as a first computation."""
+    a = graph.arrays
+    of = a.output_of
+    if not (of >= 0).any():
+        return {}
+    runs: dict[int, int] = {}       # node -> how often computed so far
+    latest: dict[tuple[int, str], int] = {}
+    out = {}
+    for i, x in enumerate(instructions):
+        if type(x) is not Compute:
+            continue
+        v = a.index.get(x.node, -1)
+        if v < 0:
+            continue
+        p = int(of[v])
+        if p >= 0 and not runs.get(v) and not a.required[v]:
+            j = latest.get((p, x.device))
+            if j is not None and runs[p] > 1:
+                out[i] = j
+        runs[v] = runs.get(v, 0) + 1
+        latest[(v, x.device)] = i
+    return out
+
+
 def recompute_gaps(graph: Graph, schedule: Schedule, order: np.ndarray) -> np.ndarray:
     """gaps[p]: the schedule's recomputations between the first computations of ranks p-1 and p (in `order`),
     so that `make_spec(gaps=...)` gives each of them a stage of its own."""
@@ -711,8 +762,9 @@ def recompute_gaps(graph: Graph, schedule: Schedule, order: np.ndarray) -> np.nd
     gaps = np.zeros(len(order), dtype=np.int64)
     seen = np.zeros(len(order), dtype=bool)
     pending = 0
-    for x in schedule.instructions:
-        if type(x) is Compute:
+    late = late_computes(graph, schedule.instructions)
+    for i, x in enumerate(schedule.instructions):
+        if type(x) is Compute and i not in late:      # a late other output goes with its maker's run
             v = index[x.node]
             if seen[v]:
                 pending += 1
@@ -751,6 +803,8 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
     m = len(ins)
     kind = [type(x) for x in ins]
     nodes = [a.index.get(x.node, -1) if kx is not Sync else -1 for x, kx in zip(ins, kind, strict=True)]
+    may = late_outputs(spec.output_of, spec.once, spec.required)
+    with_maker = {i: j for i, j in late_computes(graph, ins).items() if may[nodes[i]]}
     natural = np.zeros(m, dtype=np.int64)
     if kind.count(Sync) == T - 1:
         natural[:] = np.cumsum([kx is Sync for kx in kind])
@@ -758,7 +812,7 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
         seen = np.zeros(n, dtype=bool)
         first = np.full(m, -1, dtype=np.int64)
         for i in range(m):
-            if kind[i] is Compute and not seen[nodes[i]]:
+            if kind[i] is Compute and not seen[nodes[i]] and i not in with_maker:
                 seen[nodes[i]] = True
                 first[i] = pos[nodes[i]]
         # a recomputation takes one of the gap stages before the next first computation (the last ones, in
@@ -768,7 +822,7 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
         for i in range(m - 1, -1, -1):
             if first[i] >= 0:
                 nxt, run = int(first[i]), 0
-            elif kind[i] is Compute:
+            elif kind[i] is Compute and i not in with_maker:
                 run += 1
             upcoming[i] = nxt
             natural[i] = nxt - run if kind[i] is Compute and first[i] < 0 else nxt
@@ -776,6 +830,8 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
         for i in range(m):
             if first[i] >= 0:
                 prev, synced = int(first[i]), False
+            elif i in with_maker:     # in its maker's stage
+                natural[i] = natural[with_maker[i]]
             elif kind[i] is Compute:
                 natural[i] = max(natural[i], min(prev + 1, upcoming[i]))
                 if natural[i] < upcoming[i]:       # in a gap stage: copies after it go there
@@ -806,7 +862,7 @@ def decisions_from_schedule(graph: Graph, spec: ModelSpec, schedule: Schedule) -
             s = max(s, int(freed[d, v]) + 1, int(ready[d, us].max(initial=0)))
             if not done[v]:
                 done[v] = True
-                if s - pos[v] > delay:
+                if s - pos[v] > delay and i not in with_maker:
                     delay, late = int(s - pos[v]), v
             np.maximum.at(last_read[d], us, s)
             Rl.append((d, s, v))

@@ -52,6 +52,8 @@ from __future__ import annotations
 import bisect
 import time
 
+import numpy as np
+
 from ..cluster import Cluster
 from ..graph import Graph
 from ..schedule import Compute, Copy, Free, Schedule
@@ -114,12 +116,13 @@ def _dead_computations(graph: Graph, ins: list, firsts: bool = False) -> set[int
     return dead
 
 
-def remade_outputs(graph: Graph, ins: list, first: bool = False) -> list | None:
+def remade_outputs(graph: Graph, ins: list, first: np.ndarray | None = None) -> list | None:
     """The instructions with each op's other output (`Node.output_of`), computed once, moved to right after its
     maker's last run on that device before anything reads or frees it; None where none moves. The simulator
     counts such an output from its maker's latest run before its compute, so it is then held from that later run
-    (a recomputation of the maker), not through everything in between: the same time, less memory. `first`: to
-    right after the maker's first run instead, where the MILP's stage model counts it (`milp._stage`)."""
+    (a recomputation of the maker), not through everything in between: the same time, less memory. `first`
+    (per node): those to right after the maker's first run instead, where the MILP's stage model counts them
+    (`milp._stage`)."""
     a = graph.arrays
     maker = a.output_of.tolist()
     runs: dict[tuple[str, str], list[int]] = {}     # (node, device) -> its computes, in order
@@ -140,7 +143,7 @@ def remade_outputs(graph: Graph, ins: list, first: bool = False) -> list | None:
             continue
         made = runs.get((a.ids[p], dev), [])
         now = bisect.bisect_left(made, at[0]) - 1      # the maker's run it is counted from
-        if first:
+        if first is not None and first[a.index[node]]:
             to = 0
         else:
             use = uses.get((node, dev), [])
