@@ -265,6 +265,37 @@ def test_the_next_tier_of_tight_moments_joins_where_the_first_raises_nothing(cou
     assert sorted(g.arrays.ids[x] for x in grown["at"]) == ["g1", "g2", "loss"]
 
 
+def test_the_chain_grows_again_from_its_start_with_every_tier_where_an_early_tier_led_it_astray(coupled7,
+                                                                                                monkeypatch):
+    # the programmes' values are stand-ins (the test is of the search): g2, alone in the first tier, raises the
+    # loss's chain a little and joins; g1, of the second, a little more on that chain; nothing then. Grown again
+    # from the loss with both tiers at once, g1 joins first, and that chain's bound is the largest
+    g, spec = coupled7
+    monkeypatch.setattr(bounds, "_TIGHT", 1)
+    ix, ids = g.arrays.index, g.arrays.ids
+    extra = {frozenset({"loss", "g2"}): 0.2, frozenset({"loss", "g1", "g2"}): 0.3, frozenset({"loss", "g1"}): 1.0}
+    coupled, solve, tried = bounds._coupled, bounds._solve, []
+
+    def built(spec, d, chain, *a, **k):
+        out = coupled(spec, d, chain, *a, **k)
+        names = frozenset(ids[m] for m in chain)
+        return (names if names in extra else out[0], *out[1:])
+
+    def value(problem, *a, solved=False, **k):
+        if not isinstance(problem, frozenset):
+            return solve(problem, *a, solved=solved, **k)
+        tried.append(problem)
+        v = (1.0 + extra[problem]) * TIME_SCALE          # the loss's second of recomputation, and more
+        return (v, True) if solved else v
+
+    monkeypatch.setattr(bounds, "_coupled", built)
+    monkeypatch.setattr(bounds, "_solve", value)
+    grown = lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g2"], ix["g1"]])
+    assert tried[:2] == [frozenset({"loss", "g2"}), frozenset({"loss", "g1", "g2"})]     # the first growth
+    assert grown["floor"] == pytest.approx(12.0)
+    assert sorted(ids[x] for x in grown["at"]) == ["g1", "loss"]
+
+
 def test_the_growth_takes_the_seconds_it_is_given_instead_of_its_own(coupled7, monkeypatch):
     # no seconds of its own for the growth: the loss's 11 s; given some (as the MILP gives them on large models),
     # the grown chain's 13 s

@@ -91,6 +91,44 @@ def test_a_plain_run_over_early_leaves_its_core_to_the_search(monkeypatch):
     assert s.report.objective <= float(model.cost @ x0) / TIME_SCALE * (1 + 1e-9)
 
 
+def test_on_a_large_model_the_core_a_plain_run_leaves_takes_the_bounds_again_before_the_search(monkeypatch):
+    # as above, on a stage model counted as large (`_ORDER_FROM_NNZ`): the freed core first finds the bounds again,
+    # their chain grown and aimed at the warm start, stopped when the staged run ends; the larger bound is reported
+    events, floors = [], []
+    real, real_bounds, real_improve = M._highs_run, M._bounds, M.improve
+
+    def run(model, x0, options, left, stop, cancel=None, live=None, floor=0.0, stall=None):
+        if x0 is None or model.spec.T == model.spec.n + model.spec.K:
+            events.append("plain")
+            return {"x": None, "status": "infeasible", "bound": None, "extra": {"backend": "highs"}, "notes": [],
+                    "solve_time": 0.0}
+        events.append("staged")
+        return real(model, x0, options, left, stop, cancel, live, floor)
+
+    def bounds(*args, **kw):
+        b = real_bounds(*args, **kw)
+        events.append(("bounds", kw.get("grow", False)))
+        floors.append(b["floor"])
+        return b
+
+    def spy(model, x, until, stopped, goal=-np.inf, seed=0):
+        events.append("search")
+        return real_improve(model, x, until, stopped, goal, seed)
+
+    monkeypatch.setattr(M, "_ORDER_FROM_NNZ", 0)
+    monkeypatch.setattr(M, "_highs_run", run)
+    monkeypatch.setattr(M, "_bounds", bounds)
+    monkeypatch.setattr(M, "improve", spy)
+    g = generate.random_training_graph(40, 3, window=2)
+    cl = one_gpu(int(0.5 * ke_peak(g)))
+    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=_MODELS_RUN, threads=2, gap=0.001))
+    at = events.index("plain")
+    assert "staged" in events and events[at + 1:].count(("bounds", True)) == 1, events
+    assert events.index(("bounds", True), at) < events.index("search", at)
+    assert s.report.bound >= max(floors) * (1 - 1e-9)
+    assert simulate(g, cl, s).valid
+
+
 def test_a_cold_plain_run_without_a_schedule_by_its_stall_time_gives_its_core_to_the_search(monkeypatch):
     # with no time to find a schedule, the cold model without gap stages stops at HiGHS's first MIP callback and
     # its core searches around the gap-stage model's warm start; the report says so, and the schedule is valid
