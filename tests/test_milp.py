@@ -35,6 +35,8 @@ from optsched.solvers.milp_model import (
     emit,
     make_spec,
     order_of,
+    recompute_gaps,
+    spec_for,
     stage_memory,
 )
 from optsched.units import format_size
@@ -244,6 +246,39 @@ def test_ctrl_c_while_the_fallback_is_polished_returns_it_as_it_was(monkeypatch)
     s = solve(g, cl, "milp", opts)
     assert len(polishes) == 1 and s.report.status == "interrupted"
     assert s.instructions == dtr.instructions and s.report.extra["fallback"] == "dtr"
+
+
+def test_staging_opens_every_wanted_gap_stage_where_the_overflow_is_at_gaps_already_open(monkeypatch):
+    # DTR's schedule (30 operations at 70%) staged while the count says the stage of the first operation with
+    # recomputations before it overflows, until every recomputation has a gap stage of its own: the overflow comes
+    # back where the gaps are open, so every wanted one opens (GPT-2 at 30% of its keep-everything memory: DTR's
+    # schedule stages that way only)
+    M = importlib.import_module("optsched.solvers.milp")
+    g = generate.random_training_graph(30, seed=2)
+    cl = one_gpu(int(0.7 * ke_peak(g)))
+    opts = SolveOptions(swap=False)
+    dtr = solve(g, cl, "dtr", opts)
+    real, seen = M._stage_over, []
+
+    def over(graph, spec_of, sched, order, window, gaps):
+        wanted = recompute_gaps(graph, sched, order)
+        given = np.zeros_like(wanted) if gaps is None else gaps
+        seen.append((given.copy(), wanted))
+        if (given != wanted).any():
+            r = int(np.flatnonzero(wanted)[0])
+            spec = spec_of(order, window, gaps)
+            return spec, None, "over", np.array([spec.pos[order[r]]])       # the stage of rank r
+        return real(graph, spec_of, sched, order, window, gaps)
+
+    monkeypatch.setattr(M, "_stage_over", over)
+
+    def spec_of(order, window, gaps=None):
+        return spec_for(g, cl, opts, order=order, window=window, gaps=gaps)
+
+    objective, spec, decisions, why = M._stage(g, spec_of, "dtr", dtr, None)
+    assert decisions is not None, why
+    assert len(seen) == 3 and (seen[1][0] > 0).sum() == 1 and np.array_equal(seen[2][0], seen[2][1])
+    assert objective == pytest.approx(simulate(g, cl, dtr).makespan)
 
 
 def test_dtrs_schedule_is_polished_among_the_candidates_where_it_leads():
