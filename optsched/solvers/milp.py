@@ -137,8 +137,9 @@ Polish: where the solver's schedule recomputes and is more than the gap above
 deferring past the peak what the model's order computed too early; a faster
 result is returned as a schedule outside the model (`_polished`: the report's
 bound is then the lower bounds, `extra["milp_objective"]` the model's value);
-so is the fallback candidate where the model gives no schedule (GPT-2 at 30%:
-DTR's, 4.96x -> 1.81x keep-everything's step time), with half of the seconds the
+so is the fallback candidate where the model gives no schedule (GPT-2 at 30%,
+before the model let a norm's statistics come with its recomputation: DTR's,
+4.96x -> 1.81x keep-everything's step time), with half of the seconds the
 model leaves, the bounds taking the other half, aimed at it (`_fallback`). The solver stops
 `_POLISH_SHARE` of the time limit early (at most `_POLISH_MAX`) to leave it the
 time.
@@ -669,8 +670,7 @@ def _polished(graph, cluster, options, sched, res, floor, status, deadline):
     memory stage by stage, so where its schedule recomputes and stays more than the gap above the bound every
     schedule obeys, keeping a value and deferring what the order computed too early often fits (the transformer at
     45% of its keep-everything memory: 1.247x -> 1.232x keep-everything's step time, the bound 1.209x). DTR's,
-    which recomputes on demand, gains most: GPT-2 at 30%, where no other candidate fits and the stage model has no
-    point, 4.96x -> 1.81x. Not after Ctrl-C, nor with params {"polish": False}."""
+    which recomputes on demand, gains most: GPT-2 at 30%, where no other candidate fits, 4.96x -> 1.81x. Not after Ctrl-C, nor with params {"polish": False}."""
     if (deadline is None or not _polish_time(options) or status == "interrupted" or not res.recomputed
             or (_gap(res.makespan, floor) or 0.0) <= options.gap):
         return None
@@ -957,8 +957,9 @@ def _fallback(graph, cluster, options, base: list, spec, bounds: dict, until: fl
     the seconds left, idle otherwise, go half to polishing that candidate (`_polished`; its polish among the
     candidates stopped at _CANDIDATE_SHARE of the time limit) and half to `_bounds` again, aimed at the polished
     schedule and over the moments where it had least to spare; those found beside lp-rounding's LP
-    shared the cores with it and were aimed at the schedule as it was (GPT-2 at 30% of its keep-everything memory:
-    DTR's schedule 2.15x -> 1.81x keep-everything's step time, the bound 1.62x -> 1.65x)."""
+    shared the cores with it and were aimed at the schedule as it was (GPT-2 at 30% of its keep-everything memory,
+    when its stage model had no point: DTR's schedule 2.15x -> 1.81x keep-everything's step time, the bound
+    1.62x -> 1.65x)."""
     valid = [b for b in base if b[2].valid]
     if not valid or stop.is_set():
         return base, bounds
