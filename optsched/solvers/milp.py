@@ -670,7 +670,8 @@ def _polished(graph, cluster, options, sched, res, floor, status, deadline):
     memory stage by stage, so where its schedule recomputes and stays more than the gap above the bound every
     schedule obeys, keeping a value and deferring what the order computed too early often fits (the transformer at
     45% of its keep-everything memory: 1.247x -> 1.232x keep-everything's step time, the bound 1.209x). DTR's,
-    which recomputes on demand, gains most: GPT-2 at 30%, where no other candidate fits, 4.96x -> 1.81x. Not after Ctrl-C, nor with params {"polish": False}."""
+    which recomputes on demand, gains most: GPT-2 at 30%, where no other candidate fits, 4.96x -> 1.81x. Not
+    after Ctrl-C, nor with params {"polish": False}."""
     if (deadline is None or not _polish_time(options) or status == "interrupted" or not res.recomputed
             or (_gap(res.makespan, floor) or 0.0) <= options.gap):
         return None
