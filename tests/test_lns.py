@@ -56,12 +56,10 @@ def test_the_search_stops_when_asked_and_at_the_goal():
     assert seen["rounds"] == 0 and time.perf_counter() - t < 1
 
 
-def test_a_plain_run_over_early_leaves_its_core_to_the_search(monkeypatch):
-    # the model without gap stages proven infeasible at once (as at tight budgets): its core searches around the
-    # gap-stage model's warm start while that model's branch and bound runs; the faster point is returned
-    real, calls = M._highs_run, []
-    searched = []
-    real_improve = M.improve
+def _plain_infeasible_at_once(calls: list):
+    """A `_highs_run` for which the model without gap stages is proven infeasible at once (as at tight budgets),
+    the staged model running as it would; `calls` gets "plain" and "staged" as they start."""
+    real = M._highs_run
 
     def run(model, x0, options, left, stop, cancel=None, live=None, floor=0.0, stall=None):
         if x0 is None or model.spec.T == model.spec.n + model.spec.K:
@@ -70,6 +68,16 @@ def test_a_plain_run_over_early_leaves_its_core_to_the_search(monkeypatch):
                     "solve_time": 0.0}
         calls.append("staged")
         return real(model, x0, options, left, stop, cancel, live, floor)
+
+    return run
+
+
+def test_a_plain_run_over_early_leaves_its_core_to_the_search(monkeypatch):
+    # the model without gap stages proven infeasible at once (as at tight budgets): its core searches around the
+    # gap-stage model's warm start while that model's branch and bound runs; the faster point is returned
+    calls, searched = [], []
+    real_improve = M.improve
+    run = _plain_infeasible_at_once(calls)
 
     def spy(model, x, until, stopped, goal=-np.inf, seed=0):
         out = real_improve(model, x, until, stopped, goal, seed)
@@ -95,15 +103,8 @@ def test_on_a_large_model_the_core_a_plain_run_leaves_takes_the_bounds_again_bef
     # as above, on a stage model counted as large (`_ORDER_FROM_NNZ`): the freed core first finds the bounds again,
     # their chain grown and aimed at the warm start, stopped when the staged run ends; the larger bound is reported
     events, floors = [], []
-    real, real_bounds, real_improve = M._highs_run, M._bounds, M.improve
-
-    def run(model, x0, options, left, stop, cancel=None, live=None, floor=0.0, stall=None):
-        if x0 is None or model.spec.T == model.spec.n + model.spec.K:
-            events.append("plain")
-            return {"x": None, "status": "infeasible", "bound": None, "extra": {"backend": "highs"}, "notes": [],
-                    "solve_time": 0.0}
-        events.append("staged")
-        return real(model, x0, options, left, stop, cancel, live, floor)
+    real_bounds, real_improve = M._bounds, M.improve
+    run = _plain_infeasible_at_once(events)
 
     def bounds(*args, **kw):
         b = real_bounds(*args, **kw)

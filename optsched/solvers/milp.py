@@ -221,7 +221,7 @@ def _candidates(graph, cluster, options, beside=None):
     (GPT-2 at 30% of its keep-everything memory: the only one that fits), and the
     rounding of the model's LP relaxation (`rounding.py`), which beats them all at
     tight budgets. Where DTR's is the fastest before the rounding, it is polished
-    too (`polish.keep_instead_of_recompute`, for up to _CANDIDATE_SHARE of the time
+    too (`polish.keep_instead_of_recompute`, for up to _DTR_POLISH_SHARE of the time
     limit): DTR recomputes on demand, far more than it must (GPT-2 at 31%: the MILP
     ends at 1.64x keep-everything's step time from it, 2.08x from DTR's own 4.03x;
     at 30% the bounds, aimed at it, rise from 1.62x to 1.68x). `beside(candidates
@@ -245,7 +245,7 @@ def _candidates(graph, cluster, options, beside=None):
     if fastest is not None and fastest[0] == "dtr" and fastest[2].recomputed and options.params.get("polish", True):
         try:
             s, r = keep_instead_of_recompute(graph, cluster, fastest[1],
-                                             deadline=time.perf_counter() + _CANDIDATE_SHARE * options.time_limit)
+                                             deadline=time.perf_counter() + _DTR_POLISH_SHARE * options.time_limit)
         except KeyboardInterrupt:   # Ctrl-C while polishing it: DTR's own schedule stands, as the solver's does
             s, r = fastest[1], fastest[2]
         if r.valid and r.makespan < fastest[2].makespan:
@@ -300,6 +300,9 @@ def _host(cluster, options) -> str | None:
 
 
 _CANDIDATE_SHARE = 0.25   # of the time limit, at most, for one candidate
+_DTR_POLISH_SHARE = 0.35  # for polishing DTR's schedule where it leads: GPT-2 at 30% of its keep-everything memory
+                          # converges in 14.6 s (1.8051x keep-everything's step time); stopped at 15 s of 60 when
+                          # it took 24 s, 1.8936x, from which the stage model's search reached 1.8652x
 _ROUNDING_SHARE = 0.35    # for lp-rounding, whose keep-sets seeded by the lower bound need a few seconds after its LP
                           # (gpt2, 3 layers, at 40-50%: 7-9 s), and at tight budgets B&B rarely betters them
 _ALONE_SHARE = 0.75       # for lp-rounding when no other candidate fits: a cold MILP whose LP is that slow rarely
@@ -956,7 +959,7 @@ def _fallback(graph, cluster, options, base: list, spec, bounds: dict, until: fl
               stop: threading.Event) -> tuple[list, dict]:
     """(candidates, bounds) where the stage model gives no schedule and the fastest candidate comes back instead:
     the seconds left, idle otherwise, go half to polishing that candidate (`_polished`; its polish among the
-    candidates stopped at _CANDIDATE_SHARE of the time limit) and half to `_bounds` again, aimed at the polished
+    candidates stopped at _DTR_POLISH_SHARE of the time limit) and half to `_bounds` again, aimed at the polished
     schedule and over the moments where it had least to spare; those found beside lp-rounding's LP
     shared the cores with it and were aimed at the schedule as it was (GPT-2 at 30% of its keep-everything memory,
     when its stage model had no point: DTR's schedule 2.15x -> 1.81x keep-everything's step time, the bound
