@@ -708,7 +708,6 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
     t0 = time.perf_counter()
     best, chain = start
     top = start                                 # the largest bound so far, and its chain
-    joined = False                              # a moment joined the chain
     back = False                                # the chain grew again from its start, with every tier, once
     unsolved: list[tuple[int, ...]] = []        # the chains grown whose try stopped short of the optimum
     rank = rank_of(spec)
@@ -741,7 +740,7 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
                     failed.update(tried)    # the next tier joins, tried first on this chain
                     tier += _TIGHT
                     continue
-                if back or not joined or tier <= _TIGHT:
+                if back or top is start or tier <= _TIGHT:     # nothing joined, or one tier: nothing to regrow
                     break
                 # the moments joined before the later tiers were tried: the chain grows again from its start, with
                 # every tier at once (GPT-2 at 30% of its keep-everything memory: DTR's polished schedule has the
@@ -752,7 +751,6 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
                 failed = set()
                 continue
             i = max(range(len(vals)), key=lambda i: vals[i][0])
-            joined = True
             (best, solved), chain = vals[i], tuple(sorted((*chain, tried[i]), key=place))
             top = max(top, (best, chain), key=lambda v: v[0])
             failed.clear()

@@ -916,23 +916,21 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
         return finish(graph, cluster, options, "milp", spec, model, run["x"], run["status"], run["bound"],
                       run["solve_time"], build_time, base, warm_msg, run["extra"], notes, run["notes"], bounds, until)
     pmodel, px0, pmsg = alt
-    more = {}
+    more = {"bounds": bounds}
 
     def spare(end: float, ended: threading.Event) -> None:
-        # the bounds again, their chains grown and aimed at the warm start, before the search takes the core: on
-        # models whose branch and bound rarely finishes its root LP in time (GPT-2 at 30% of its keep-everything
-        # memory: 1.6481x -> 1.6829x keep-everything's step time, where the search found nothing)
-        if target is not None and bounds["floor"] < target and end - time.perf_counter() >= 1.0:
-            with contextlib.suppress(InfeasibleError):      # a schedule fits: the bounds cannot say otherwise
-                more["bounds"] = _bounds(graph, cluster, options, base, graph_order(), target,
-                                         end - time.perf_counter(), True, ended, grow=True)
+        # the bounds again, aimed at the warm start, before the search takes the core: on models whose branch and
+        # bound rarely finishes its root LP in time (GPT-2 at 30% of its keep-everything memory: 1.6481x ->
+        # 1.6829x keep-everything's step time, where the search found nothing)
+        if target is not None:
+            more["bounds"] = _bounds_again(graph, cluster, options, base, graph_order(), bounds, target, end, True,
+                                           ended)
 
     large = model.index.size >= _ORDER_FROM_NNZ
     plain, staged, solve_time, side = _run_pair(pmodel, px0, model, x0, options, left, stop, bounds["floor"],
                                                 handoff=_follows(options, model.index.size),
                                                 spare=spare if large else None)
-    if more.get("bounds") is not None and more["bounds"]["floor"] > bounds["floor"]:
-        bounds = more["bounds"]
+    bounds = more["bounds"]
     pobj = np.inf if plain["x"] is None else float(pmodel.cost @ plain["x"])
     sobj = np.inf if x0 is None else float(model.cost @ (x0 if staged is None else staged["x"]))
     runs = {"without gap stages": _summary(pmodel, plain), "with gap stages": _summary(model, staged)}
@@ -978,15 +976,22 @@ def _fallback(graph, cluster, options, base: list, spec, bounds: dict, until: fl
         name = name if name.endswith(", polished") else f"{name}, polished"
         base = [*base, (name, *polished)]
         res = polished[1]
-    target = res.makespan * (1 - options.gap)
+    return base, _bounds_again(graph, cluster, options, base, spec, bounds, res.makespan * (1 - options.gap), until,
+                               orders, stop)
+
+
+def _bounds_again(graph, cluster, options, base, spec, bounds: dict, target: float, until: float, orders: bool,
+                  stop: threading.Event) -> dict:
+    """`bounds`, or `_bounds` found again until `until` (perf_counter), their chain grown and aimed at `target`,
+    where higher: where `bounds` fall short of it and a second or more is left."""
     left = until - time.perf_counter()
     if bounds["floor"] >= target or left < 1.0:
-        return base, bounds
+        return bounds
     with contextlib.suppress(InfeasibleError):      # a schedule fits: the bounds cannot say otherwise
         again = _bounds(graph, cluster, options, base, spec, target, left, orders, stop, grow=True)
         if again["floor"] > bounds["floor"]:
-            return base, again
-    return base, bounds
+            return again
+    return bounds
 
 
 # The within-stage follow-up (`_within_stage`) only where that model's LP solves in a second or two. Its nonzeros
