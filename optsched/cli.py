@@ -17,7 +17,7 @@ from .cluster import Cluster, check_cluster, single_accelerator
 from .errors import InfeasibleError, OptschedError
 from .formats import output_folder
 from .graph import Graph, drop_unneeded, largest_operation, unneeded
-from .units import format_size, format_time, parse_bandwidth, parse_size, parse_time
+from .units import format_size, format_time, parse_bandwidth, parse_fraction, parse_size, parse_time
 
 
 def _load_graph(arg: str) -> Graph:
@@ -284,8 +284,8 @@ def cmd_solve(args) -> int:
         g, cl = hold_sources(g, cl, cl.accelerators[0].name)
         held -= cl.accelerators[0].memory
     solver = get_solver(args.solver)
-    opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=args.gap, threads=args.threads,
-                        device=args.device, devices=args.devices, swap=not args.no_swap,
+    opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=parse_fraction(args.gap, "--gap"),
+                        threads=args.threads, device=args.device, devices=args.devices, swap=not args.no_swap,
                         recompute=not args.no_recompute, write_model=args.write_model,
                         progress=_progress_printer(args.json or not sys.stderr.isatty()),
                         params={**{k: True for k, on in (("coarsen", args.coarsen), ("instage", args.within_stage))
@@ -293,8 +293,6 @@ def cmd_solve(args) -> int:
                                 **({"host_compute": False} if args.no_host_compute else {}),
                                 **({"polish": False} if args.no_polish else {}),
                                 **({"cuts": args.cuts} if args.cuts is not None else {})})
-    if args.devices is not None and args.devices < 1:
-        raise OptschedError("--devices must be at least 1")
     if args.cuts is not None and args.cuts < 0:
         raise OptschedError(f"--cuts must be 0 (off) or a depth of inputs, 1 or more, not {args.cuts}")
     if args.cuts and args.solver != "milp":
@@ -409,7 +407,7 @@ def cmd_sweep(args) -> int:
         output_folder(args.output, "--output")
     make = partial(single_accelerator, gpus=args.gpus, host_memory=parse_size(args.host_mem, "--host-mem"),
                    bandwidth=parse_bandwidth(args.bandwidth, "--bandwidth"))
-    opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=args.gap)
+    opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=parse_fraction(args.gap, "--gap"))
     df = sweep(g, budgets, solvers, opts, processes=args.processes, progress=not args.json and sys.stderr.isatty(),
                make_cluster=make)
     if args.output:
@@ -687,7 +685,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one of " + ", ".join(SOLVERS) + (", pulp:NAME" if "pulp" in SOLVERS else ""))
     p.add_argument("-o", "--output", help="write the schedule here")
     p.add_argument("--time-limit", default="60", help="solver time limit (default 60s)")
-    p.add_argument("--gap", type=float, default=0.01, help="relative optimality gap to stop at (default 0.01)")
+    p.add_argument("--gap", default="0.01", help="relative optimality gap to stop at: 0.01 or 1%% (default 1%%)")
     p.add_argument("--threads", type=int, help="solver threads")
     p.add_argument("--device", help="single-device solvers: the device to use")
     p.add_argument("--devices", type=int, help="use at most this many accelerators")
@@ -732,7 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host-mem", default="256GB", help="host RAM usable as swap (default 256GB)")
     p.add_argument("--bandwidth", default="16GB/s", help="host link bandwidth (default 16GB/s)")
     p.add_argument("--time-limit", default="60", help="time limit of each solve (default 60s)")
-    p.add_argument("--gap", type=float, default=0.01, help="relative optimality gap to stop at (default 0.01)")
+    p.add_argument("--gap", default="0.01", help="relative optimality gap to stop at: 0.01 or 1%% (default 1%%)")
     p.add_argument("--processes", type=int, help="solves run in parallel (default: one per CPU)")
     p.add_argument("--plot", help="write the Pareto figure (overhead against budget) here: .png, .pdf, .svg")
     p.add_argument("-o", "--output", help="write the table as CSV here")

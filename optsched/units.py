@@ -58,6 +58,21 @@ def _amount(value: str | int | float, what: str) -> float:
     return number
 
 
+def parse_fraction(value: str | int | float, what: str = "fraction") -> float:
+    """A fraction from a number or a percentage: '0.01', '1%' and 0.01 are the same. The range is the reader's to
+    check (a solver's gap: `SolveOptions`)."""
+    if isinstance(value, bool):
+        raise OptschedError(f"{what} must be a number, not {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    share = text.endswith("%")
+    m = _SIZE.match(text[:-1] if share else text)
+    if not m or m.group(2) or m.group(3) or m.group(4):
+        raise OptschedError(f"cannot read {what} {value!r}", hint="write it as 0.01 or 1%")
+    return float(m.group(1)) / (100 if share else 1)
+
+
 def parse_bandwidth(value: str | int | float, what: str = "bandwidth") -> float:
     """Bytes per second from a number or a string such as '16GB/s' or '900GiB/s'."""
     text = value

@@ -67,6 +67,23 @@ def test_solve_then_simulate(capsys, graph_file, tmp_path):
     assert s["devices"][0]["peak_bytes"] <= 10_000_000
 
 
+
+def test_solve_reads_the_gap_as_a_fraction_or_a_percentage_and_refuses_what_no_solver_can_honour(
+        capsys, graph_file, monkeypatch):
+    import optsched.solvers as S
+
+    seen = []       # the options the chosen solver was called with (not those of the CLI's baseline)
+    chosen = S.SOLVERS["chen-sqrt"]
+    monkeypatch.setitem(S.SOLVERS, "chen-sqrt", lambda g, cl, o: seen.append(o) or chosen(g, cl, o))
+    for text, gap in (("5%", 0.05), ("0.05", 0.05), ("0", 0.0)):
+        code, _, err = run(capsys, "solve", graph_file, "--mem", "100MB", "--solver", "chen-sqrt", "--gap", text)
+        assert code == 0, err
+        assert seen[-1].gap == pytest.approx(gap, rel=1e-12)
+    for flag, value in (("--gap", "2"), ("--gap", "-1"), ("--gap", "1GB"), ("--threads", "0"), ("--devices", "0")):
+        code, out, err = run(capsys, "solve", graph_file, "--mem", "100MB", "--solver", "chen-sqrt", flag, value)
+        assert code == 2 and flag in err and "Traceback" not in err and not out, (flag, value, err)
+    assert len(seen) == 3       # none of the refused ones reached a solver
+
 def test_solve_leaves_out_what_no_required_result_depends_on_and_says_so(capsys, tmp_path):
     # the chain's input gradient g0 no longer required: no backward operation feeds a required result (the loss)
     g = chain_graph(4)

@@ -21,7 +21,7 @@ from milp_graphs import blocks_graph, captured_mlp, gpu_host, ke_peak, one_gpu, 
 
 from optsched import generate
 from optsched.cluster import Cluster, Device, Link, single_accelerator
-from optsched.errors import InfeasibleError
+from optsched.errors import InfeasibleError, OptschedError
 from optsched.graph import Graph, Node, check_graph, largest_operation, memory_lower_bound
 from optsched.schedule import Compute, Copy, Schedule
 from optsched.simulate import simulate
@@ -970,3 +970,14 @@ def test_the_bounds_after_the_candidates_grow_their_chain_longer_on_large_models
     spec = M.spec_for(g, cl, opts)
     M._bounds(g, cl, opts, [], spec, target=1.0, left=10.0, orders=orders, grow=grow)
     assert seen == [M._ORDER_SHARE * 10.0 if given else None]
+
+
+@pytest.mark.parametrize("field, value", [("gap", float("nan")), ("gap", -0.01), ("gap", 2), ("time_limit", -5),
+                                          ("time_limit", float("inf")), ("threads", 0), ("threads", 1.5),
+                                          ("devices", 0), ("threads", True)])
+def test_options_no_solver_can_honour_are_refused_by_name_before_any_solve(field, value):
+    # with a gap of nan, the MILP called a schedule at a 57% gap optimal (tests/data/checkmate_mlp.json at 0.5 MB)
+    g = generate.chain_graph(4)
+    with pytest.raises(OptschedError, match=rf"^{field} \(--{field.replace('_', '-')}\)"):
+        solve(g, one_gpu(10**9), "milp", **{field: value})
+    assert SolveOptions(gap=np.float64(0.02), threads=np.int64(2), devices=1, time_limit=0).threads == 2

@@ -7,7 +7,15 @@ import math
 import pytest
 
 from optsched.errors import OptschedError
-from optsched.units import format_size, format_time, parse_bandwidth, parse_size, parse_size_range, parse_time
+from optsched.units import (
+    format_size,
+    format_time,
+    parse_bandwidth,
+    parse_fraction,
+    parse_size,
+    parse_size_range,
+    parse_time,
+)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -106,6 +114,18 @@ def test_parse_time_rejects(bad):
     with pytest.raises(OptschedError):
         parse_time(bad)
 
+
+
+@pytest.mark.parametrize("text, expected", [("1%", 0.01), ("0.5 %", 0.005), ("0.05", 0.05), ("1e-3", 0.001),
+                                            (0.2, 0.2), (0, 0.0), ("100%", 1.0)])
+def test_parse_fraction(text, expected):
+    assert parse_fraction(text) == pytest.approx(expected, rel=1e-15, abs=0)
+
+
+@pytest.mark.parametrize("bad", ["", "%", "abc", "5GB", "-1", "1%%", True])
+def test_parse_fraction_rejects(bad):
+    with pytest.raises(OptschedError, match="--gap"):
+        parse_fraction(bad, "--gap")
 
 def test_format_size_and_time():
     assert format_size(0) == "0 B"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from ..errors import OptschedError
 from ..schedule import Schedule
 
 
@@ -22,3 +25,25 @@ class SolveOptions:
     progress: Callable[[dict], None] | None = None   # called with {incumbent, bound, gap, elapsed}
     verbose: bool = False
     params: Mapping = field(default_factory=dict)    # solver-specific knobs, e.g. {"segments": 8}
+
+    def __post_init__(self):
+        """Refuses what no solver can honour, at once and by name (the CLI's flags read the same), rather than
+        letting it through: with a gap of nan, the MILP called a schedule at a 57% gap optimal."""
+        for name, low in (("time_limit", 0.0), ("gap", 0.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < low:
+                raise OptschedError(f"{name} (--{name.replace('_', '-')}) must be a finite number of at least {low:g},"
+                                    f" not {v!r}", hint=_HINTS[name])
+        if self.gap > 1:
+            raise OptschedError(f"gap (--gap) must be a fraction from 0 to 1, not {self.gap!r}", hint=_HINTS["gap"])
+        for name in ("threads", "devices"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
+                raise OptschedError(f"{name} (--{name}) must be a whole number of at least 1, not {v!r}",
+                                    hint=_HINTS[name])
+
+
+_HINTS = {"time_limit": "seconds of solver wall time, e.g. 60",
+          "gap": "the relative gap to the bound at which to stop: 0.01 (or 1%) for 1%, 0 to prove optimality",
+          "threads": "leave it out to let the solver choose",
+          "devices": "leave it out to use every accelerator"}
