@@ -237,6 +237,25 @@ def test_the_chain_grown_from_the_best_moment_by_the_tight_ones_reaches_the_coup
     assert grown["floor"] == pytest.approx(13.0) and len(grown["at"]) > 1
 
 
+
+def test_where_no_tight_moment_raises_the_chain_the_moments_its_own_point_has_no_room_at_do(coupled7, monkeypatch):
+    # no tight moments at all: the loss's chain, 11 s, takes the moments where its own optimal point overflows
+    # (`_separated`: each with the chain's columns fixed at that point, over 11 s), and reaches the 13 s every
+    # schedule takes; each moment separated is such a one
+    g, spec = coupled7
+    found = []
+    separated = bounds._separated
+
+    def spy(*a, **k):
+        found.append((a[7], separated(*a, **k)))        # (the chain's bound, what it separates)
+        return found[-1][1]
+
+    monkeypatch.setattr(bounds, "_separated", spy)
+    grown = lower_bounds(spec, **_GROWTH, tight=lambda: [])
+    assert grown["floor"] == pytest.approx(13.0) and len(grown["at"]) > 1
+    assert found and found[0][1] and found[0][0] == pytest.approx(1.0 * TIME_SCALE)
+    assert set(grown["at"]) - {found[0][1][0]} != set(grown["at"])      # the first one separated joined
+
 def test_the_chain_grown_is_solved_to_its_optimum_where_the_seconds_per_programme_stopped_it_short(coupled7,
                                                                                                    monkeypatch):
     # every programme the growth runs stops short (its dual bound 1% under the optimum, unsolved): the chain it
@@ -258,6 +277,7 @@ def test_the_next_tier_of_tight_moments_joins_where_the_first_raises_nothing(cou
     # and then g2 joins too: the 13 s every schedule takes
     g, spec = coupled7
     monkeypatch.setattr(bounds, "_TIGHT", 1)
+    monkeypatch.setattr(bounds, "_separated", lambda *a, **k: [])     # the tiers alone
     ix = g.arrays.index
     assert lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g2"]])["floor"] == pytest.approx(11.0)
     grown = lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g2"], ix["g1"]])
@@ -290,6 +310,7 @@ def test_the_chain_grows_again_from_its_start_with_every_tier_where_an_early_tie
 
     monkeypatch.setattr(bounds, "_coupled", built)
     monkeypatch.setattr(bounds, "_solve", value)
+    monkeypatch.setattr(bounds, "_separated", lambda *a, **k: [])     # the tiers alone
     grown = lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g2"], ix["g1"]])
     assert tried[:2] == [frozenset({"loss", "g2"}), frozenset({"loss", "g1", "g2"})]     # the first growth
     assert grown["floor"] == pytest.approx(12.0)
@@ -327,6 +348,7 @@ def test_the_chains_grown_last_are_finished_side_by_side_where_the_last_is_not_s
 
     monkeypatch.setattr(bounds, "_coupled", built)
     monkeypatch.setattr(bounds, "_solve", short)
+    monkeypatch.setattr(bounds, "_separated", lambda *a, **k: [])     # the tiers alone
     grown = lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g1"], ix["g2"]])
     assert grown["floor"] == pytest.approx(12.0)
     assert sorted(g.arrays.ids[x] for x in grown["at"]) == ["g1", "loss"]

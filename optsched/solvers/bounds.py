@@ -65,7 +65,8 @@ branch and bound closes slowly.
   next where none of those before raises the bound. Each programme of the growth has a second, and the chains it
   ends with run again until solved, for a few seconds more, where that second stopped them short (the 3-layer
   GPT-2 at 25%: 1.3983x -> 1.4120x); given more seconds (the MILP on large models), the growth reaches the second
-  tier there, the last layer's GELU backward, and 1.4454x.
+  tier there, the last layer's GELU backward, and 1.4454x. Where no tier raises the bound, the moments at which the
+  best chain's own optimal point has no room join (`_separated`): GPT-2 at 30%, `add_14`, 1.6829x -> 1.6912x.
 
 Only operations that some required result depends on count: a schedule need not compute the others.
 
@@ -140,6 +141,7 @@ _ORDER_NEAR = 0.02  # the orders of moments are tried where the bound is this cl
 _BLOCKING = 5.0     # seconds at most for the orders over the blocking moments (`blocking_moments`)
 _TRY = 1.0          # seconds at most per programme when growing the chain of moments (`_grow`)
 _TIGHT = 12         # operations tried in turn by `_grow` (`tight_moments`), a tier at a time
+_SEPARATED_TRY = 12.0  # seconds at most per programme for a moment where the chain's point has no room (`_separated`)
 _AGAIN = 4          # moments (u, y, 0) from `tight` first among those the orders take
 _TIERS = 2          # tiers of them: the next joins when the chain stops growing on those before
 _GROWING = 5.0      # seconds at most for `_grow`
@@ -718,13 +720,14 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
     cands = [y for y in cands if needed[_op(y)]]
     _ancestors(spec, anc, cands)
     tier, failed = _TIGHT, set()      # how many of cands are tried (a tier at a time); those that raised nothing
+    short, looked = set(), set()      # moments where a chain's point has no room (`_separated`); chains looked at
 
     def bound(y: int) -> tuple[float, bool]:
         left = seconds - (time.perf_counter() - t0)
         if left <= 0 or stop.is_set():
             return 0.0, True
         problem = _coupled(spec, d, sorted((*chain, y), key=place), needed, dst, anc, single)[0]
-        return _solve(problem, True, min(_TRY, left), stop=stop, solved=True)
+        return _solve(problem, True, min(_SEPARATED_TRY if y in short else _TRY, left), stop=stop, solved=True)
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         while best < reach and not stop.is_set() and time.perf_counter() - t0 < seconds:
@@ -740,15 +743,29 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
                     failed.update(tried)    # the next tier joins, tried first on this chain
                     tier += _TIGHT
                     continue
-                if back or top is start or tier <= _TIGHT:     # nothing joined, or one tier: nothing to regrow
+                if not (back or top is start or tier <= _TIGHT):
+                    # the moments joined before the later tiers were tried: the chain grows again from its start,
+                    # with every tier at once (GPT-2 at 30% of its keep-everything memory: DTR's polished schedule
+                    # has the third layer's GELU backward in its first tier, the fourth's in its second, which the
+                    # bound needs: 1.6481x -> 1.6829x of keep-everything's time)
+                    back = True
+                    best, chain = start
+                    failed = set()
+                    continue
+                # last, the moments where the best chain's own point has no room, which no tier offered
+                best, chain = top
+                if chain in looked:
                     break
-                # the moments joined before the later tiers were tried: the chain grows again from its start, with
-                # every tier at once (GPT-2 at 30% of its keep-everything memory: DTR's polished schedule has the
-                # third layer's GELU backward in its first tier, the fourth's in its second, which the bound needs:
-                # 1.6481x -> 1.6829x of keep-everything's time)
-                back = True
-                best, chain = start
-                failed = set()
+                looked.add(chain)
+                left = seconds - (time.perf_counter() - t0)
+                more = [y for y in _separated(spec, d, needed, dst, anc, single, chain, best, place, left, stop)
+                        if y not in cands]
+                if not more:
+                    break
+                failed = set(cands)         # on this chain, only those are tried
+                short.update(more)
+                cands += more
+                tier = len(cands)
                 continue
             i = max(range(len(vals)), key=lambda i: vals[i][0])
             (best, solved), chain = vals[i], tuple(sorted((*chain, tried[i]), key=place))
@@ -767,6 +784,43 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
             best, chain = vals[i], unsolved[i]
     return best, chain
 
+
+def _separated(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
+               chain: tuple, best: float, place, seconds: float, stop: threading.Event) -> list[int]:
+    """The operations where the optimal point of the chain's programme has no room, most first: each one that
+    comes before or after every moment in every schedule, as a moment of the chain with the chain's own columns
+    (what is resident at its moments, and what came before them) fixed at that point. Where that programme's
+    optimum (its dual bound after _TRY) exceeds `best`, the point recomputes too little for what a schedule holds
+    there, and the moment may raise the bound: a separation, where the tiers of `tight_moments` offer only the
+    moments where one schedule was short (GPT-2 at 30% of its keep-everything memory: of 160 operations, the
+    programmes of `add_14` and `add_18`, the third and fourth tiers, exceed 1.6829x of keep-everything's time, in
+    6.6 s; `add_14` joined, 1.6912x). For up to `seconds`."""
+    t0 = time.perf_counter()
+    problem, (S0, _, P0) = _coupled(spec, d, list(chain), needed, dst, anc, single)
+    _, point = _solve(problem, True, seconds, point=True, stop=stop)
+    if point is None:
+        return []
+    ys = [y for y in np.flatnonzero(needed).tolist() if y not in chain]
+    _ancestors(spec, anc, ys)
+    ys = [y for y in ys if anc[y].any() and all(_precedes(anc, x, y) or _precedes(anc, y, x) for x in chain)]
+
+    def value(y: int) -> float:
+        left = seconds - (time.perf_counter() - t0)
+        if left <= 0 or stop.is_set():
+            return 0.0
+        moments = sorted((*chain, y), key=place)
+        (cost, lb, ub, *rows), (S, _, P) = _coupled(spec, d, moments, needed, dst, anc, single)
+        lb, ub = lb.copy(), ub.copy()
+        for j, m in enumerate(chain):
+            k = moments.index(m)
+            for old, new in ((S0, S), (P0, P)):
+                on = (old[j] >= 0) & (new[k] >= 0)
+                lb[new[k][on]] = ub[new[k][on]] = np.round(point[old[j][on]])
+        return _solve((cost, lb, ub, *rows), True, min(_TRY, left), stop=stop)
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:      # HiGHS runs without the interpreter's lock
+        found = [(v, y) for v, y in zip(pool.map(value, ys), ys, strict=True) if v > best * (1 + 1e-9)]
+    return [y for _, y in sorted(found, key=lambda f: -f[0])]
 
 def _reader(spec: ModelSpec, needed: np.ndarray, chain: Sequence[int], anc: dict) -> list[int]:
     """The operation (as a list of one, or none) that reads a moment's output beside the most other bytes and need
