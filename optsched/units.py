@@ -30,11 +30,17 @@ def parse_size(value: str | int | float, what: str = "size", whole: int | None =
     if is_share(value):
         if whole is None:
             raise OptschedError(f"{what} {value!r}: a percentage means nothing here", hint="write it as 16GB or 512MB")
-        m = _SIZE.match(value.strip()[:-1])
-        if not m or m.group(2) or m.group(3) or m.group(4) or not 0 < float(m.group(1)) < math.inf:
+        share = _bare_number(value.strip()[:-1])
+        if share is None or not 0 < share < math.inf:
             raise OptschedError(f"cannot read {what} {value!r}", hint="write a percentage as 50%")
-        return int(round(float(m.group(1)) / 100 * whole))
+        return int(round(share / 100 * whole))
     return int(round(_amount(value, what)))
+
+
+def _bare_number(text: str) -> float | None:
+    """The number a string holds with no unit at all ('50', '1e-3'), else None."""
+    m = _SIZE.match(text)
+    return None if not m or m.group(2) or m.group(3) or m.group(4) else float(m.group(1))
 
 
 def _amount(value: str | int | float, what: str) -> float:
@@ -67,10 +73,10 @@ def parse_fraction(value: str | int | float, what: str = "fraction") -> float:
         return float(value)
     text = str(value).strip()
     share = text.endswith("%")
-    m = _SIZE.match(text[:-1] if share else text)
-    if not m or m.group(2) or m.group(3) or m.group(4):
+    number = _bare_number(text[:-1] if share else text)
+    if number is None:
         raise OptschedError(f"cannot read {what} {value!r}", hint="write it as 0.01 or 1%")
-    return float(m.group(1)) / (100 if share else 1)
+    return number / (100 if share else 1)
 
 
 def parse_bandwidth(value: str | int | float, what: str = "bandwidth") -> float:

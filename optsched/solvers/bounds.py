@@ -731,8 +731,7 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         while best < reach and not stop.is_set() and time.perf_counter() - t0 < seconds:
-            tried = [y for y in cands[:tier] if y not in chain and y not in failed and anc[y].any()
-                     and all(_precedes(anc, x, y) or _precedes(anc, y, x) for x in chain)]
+            tried = [y for y in cands[:tier] if y not in chain and y not in failed and _placeable(anc, chain, y)]
             runs = [pool.submit(bound, y) for y in tried]
             waiting = threading.Thread(target=wait, args=(runs,), daemon=True)
             waiting.start()
@@ -802,7 +801,7 @@ def _separated(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc
         return []
     ys = [y for y in np.flatnonzero(needed).tolist() if y not in chain]
     _ancestors(spec, anc, ys)
-    ys = [y for y in ys if anc[y].any() and all(_precedes(anc, x, y) or _precedes(anc, y, x) for x in chain)]
+    ys = [y for y in ys if _placeable(anc, chain, y)]
 
     def value(y: int) -> float:
         left = seconds - (time.perf_counter() - t0)
@@ -821,6 +820,13 @@ def _separated(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:      # HiGHS runs without the interpreter's lock
         found = [(v, y) for v, y in zip(pool.map(value, ys), ys, strict=True) if v > best * (1 + 1e-9)]
     return [y for _, y in sorted(found, key=lambda f: -f[0])]
+
+
+def _placeable(anc: dict, chain, y) -> bool:
+    """Whether moment y has ancestors and comes before or after every moment of the chain in every schedule: a
+    place in it."""
+    return bool(anc[y].any()) and all(_precedes(anc, x, y) or _precedes(anc, y, x) for x in chain)
+
 
 def _reader(spec: ModelSpec, needed: np.ndarray, chain: Sequence[int], anc: dict) -> list[int]:
     """The operation (as a list of one, or none) that reads a moment's output beside the most other bytes and need
