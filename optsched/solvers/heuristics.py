@@ -3,8 +3,9 @@
 - heuristic:   ParDNN placement on the accelerators + list schedule + the
                Capuchin-style memory planner (swap when it hides, else
                recompute by seconds per byte freed); on small graphs it also
-               plans everything on one accelerator (as with devices=1) and
-               keeps the faster.
+               plans everything on one accelerator (as with devices=1), and
+               there in the graph's own order too (`extra["order"]` "graph"),
+               and keeps the fastest.
 
 With swapping on, work also goes to the host (when the cluster's host may
 run it): the placements put an operation whose inputs, output and workspace
@@ -174,6 +175,21 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
         except (InfeasibleError, Exception) as e:  # noqa: BLE001 - the multi-device plan may still stand
             if best is None and isinstance(e, InfeasibleError) is False:
                 raise
+    if compare:
+        # and in the graph's own order on that accelerator, as DTR takes it: ParDNN's list order computes ahead
+        # what a tight budget then cannot hold (GPT-2 at 30% of its keep-everything memory, one accelerator
+        # without swapping: no plan in ParDNN's order, 4.38x keep-everything's step time in the graph's)
+        try:
+            gplace, gorder, gest = _single_device_inputs(graph, cluster, options)
+            ordered = _checked(graph, cluster, "heuristic", options,
+                               lambda s, v: plan(graph, cluster, gplace, gorder, gest, policy=policy,
+                                                 swap=options.swap, recompute=options.recompute, budget_scale=s,
+                                                 **v), t0,
+                               extra={"devices": 1, "placement_time": t_place, "order": "graph"})
+            if best is None or ordered.report.objective < best.report.objective:
+                best = ordered
+        except InfeasibleError:
+            pass
     if compare and options.swap:
         # vDNN-style offloading on one device is sometimes the better plan (long sequential graphs)
         try:

@@ -218,14 +218,19 @@ def _candidates(graph, cluster, options, beside=None):
     """Valid schedules to warm-start from and fall back on: the baselines, then
     the heuristic (and m-ETF where there are several accelerators), which often
     beat the baselines by using the host and other devices, DTR on one accelerator
-    (GPT-2 at 30% of its keep-everything memory: the only one that fits), and the
+    (GPT-2 at 30% of its keep-everything memory: with the heuristic's plan in the
+    graph's order, the only ones that fit), and the
     rounding of the model's LP relaxation (`rounding.py`), which beats them all at
-    tight budgets. Where DTR's is the fastest before the rounding, it is polished
-    too (`polish.keep_instead_of_recompute`, for up to _DTR_POLISH_SHARE of the time
-    limit): DTR recomputes on demand, far more than it must (GPT-2 at 31%: the MILP
-    ends at 1.64x keep-everything's step time from it, 2.08x from DTR's own 4.03x;
-    at 30% the bounds, aimed at it, rise from 1.62x to 1.68x). `beside(candidates
-    so far)`: work for the core the LP leaves idle (`_roundings`)."""
+    tight budgets. Where DTR's, or the heuristic's in the graph's order, is the
+    fastest before the rounding, it is polished too (`polish.keep_instead_of_recompute`,
+    for up to _ON_DEMAND_POLISH_SHARE of the time limit): both recompute on demand,
+    far more than they must (GPT-2 at 31%: the MILP ends at 1.64x keep-everything's
+    step time from DTR's, 2.08x from DTR's own 4.03x; at 30% the bounds, aimed at it,
+    rise from 1.62x to 1.68x; there the heuristic's in the graph's order, 4.38x against
+    DTR's 4.96x, polishes to 1.7916x in 10 s, DTR's to 1.8051x in 15 s). Not the
+    heuristic's in ParDNN's order: where it led (the 3-layer GPT-2 at 25%), its polish
+    took 21 s that the rounding needed, and the MILP ended at 1.7047x instead of 1.5478x.
+    `beside(candidates so far)`: work for the core the LP leaves idle (`_roundings`)."""
     from . import baselines as B
     from . import heuristics as H
 
@@ -242,14 +247,15 @@ def _candidates(graph, cluster, options, beside=None):
         if s is not None:
             out.append((fn.__name__.replace("_", "-"), s, simulate(graph, cluster, s)))
     fastest = min((c for c in out if c[2].valid), key=lambda c: c[2].makespan, default=None)
-    if fastest is not None and fastest[0] == "dtr" and fastest[2].recomputed and options.params.get("polish", True):
+    on_demand = fastest is not None and (fastest[0] == "dtr" or fastest[1].report.extra.get("order") == "graph")
+    if on_demand and fastest[2].recomputed and options.params.get("polish", True):
         try:
-            s, r = keep_instead_of_recompute(graph, cluster, fastest[1],
-                                             deadline=time.perf_counter() + _DTR_POLISH_SHARE * options.time_limit)
-        except KeyboardInterrupt:   # Ctrl-C while polishing it: DTR's own schedule stands, as the solver's does
+            s, r = keep_instead_of_recompute(graph, cluster, fastest[1], deadline=time.perf_counter()
+                                             + _ON_DEMAND_POLISH_SHARE * options.time_limit)
+        except KeyboardInterrupt:   # Ctrl-C while polishing it: the schedule itself stands, as the solver's does
             s, r = fastest[1], fastest[2]
         if r.valid and r.makespan < fastest[2].makespan:
-            out.append(("dtr, polished", replace(s, graph=graph.name), r))
+            out.append((f"{fastest[0]}, polished", replace(s, graph=graph.name), r))
     # the LP rounding costs an LP solve: only where it may start the MILP and the others leave room to gain
     if options.recompute and options.warm_start is None and options.params.get("warm", True):
         best = min((r.makespan for _, _, r in out if r.valid), default=np.inf)
@@ -300,9 +306,10 @@ def _host(cluster, options) -> str | None:
 
 
 _CANDIDATE_SHARE = 0.25   # of the time limit, at most, for one candidate
-_DTR_POLISH_SHARE = 0.35  # for polishing DTR's schedule where it leads: GPT-2 at 30% of its keep-everything memory
-                          # converges in 14.6 s (1.8051x keep-everything's step time); stopped at 15 s of 60 when
-                          # it took 24 s, 1.8936x, from which the stage model's search reached 1.8652x
+_ON_DEMAND_POLISH_SHARE = 0.35  # for polishing DTR's schedule, or the heuristic's in the graph's order, where it
+                                # leads: DTR's of GPT-2 at 30% of its keep-everything memory converges in 14.6 s
+                                # (1.8051x keep-everything's step time); stopped at 15 s of 60 when it took 24 s,
+                                # 1.8936x, from which the stage model's search reached 1.8652x
 _ROUNDING_SHARE = 0.35    # for lp-rounding, whose keep-sets seeded by the lower bound need a few seconds after its LP
                           # (gpt2, 3 layers, at 40-50%: 7-9 s), and at tight budgets B&B rarely betters them
 _ALONE_SHARE = 0.75       # for lp-rounding when no other candidate fits: a cold MILP whose LP is that slow rarely
@@ -673,7 +680,8 @@ def _polished(graph, cluster, options, sched, res, floor, status, deadline):
     memory stage by stage, so where its schedule recomputes and stays more than the gap above the bound every
     schedule obeys, keeping a value and deferring what the order computed too early often fits (the transformer at
     45% of its keep-everything memory: 1.247x -> 1.232x keep-everything's step time, the bound 1.209x). DTR's,
-    which recomputes on demand, gains most: GPT-2 at 30%, where no other candidate fits, 4.96x -> 1.81x. Not
+    which recomputes on demand, gains most: GPT-2 at 30%, where it fitted alone before the heuristic planned in the
+    graph's order, 4.96x -> 1.81x. Not
     after Ctrl-C, nor with params {"polish": False}."""
     if (deadline is None or not _polish_time(options) or status == "interrupted" or not res.recomputed
             or (_gap(res.makespan, floor) or 0.0) <= options.gap):
@@ -957,7 +965,7 @@ def _fallback(graph, cluster, options, base: list, spec, bounds: dict, until: fl
               stop: threading.Event) -> tuple[list, dict]:
     """(candidates, bounds) where the stage model gives no schedule and the fastest candidate comes back instead:
     the seconds left, idle otherwise, go half to polishing that candidate (`_polished`; its polish among the
-    candidates stopped at _DTR_POLISH_SHARE of the time limit) and half to `_bounds` again, aimed at the polished
+    candidates stopped at _ON_DEMAND_POLISH_SHARE of the time limit) and half to `_bounds` again, aimed at the polished
     schedule and over the moments where it had least to spare; those found beside lp-rounding's LP
     shared the cores with it and were aimed at the schedule as it was (GPT-2 at 30% of its keep-everything memory,
     when its stage model had no point: DTR's schedule 2.15x -> 1.81x keep-everything's step time, the bound
