@@ -152,24 +152,20 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
         except Exception:  # noqa: BLE001 - some node cannot run on one accelerator: keep the placement
             pass
 
-    def build(scale, variant):
-        return plan(graph, cluster, place, order, est, policy=policy, swap=options.swap,
-                    recompute=options.recompute, budget_scale=scale, **variant)
+    def planned(pl, od, es, **extra) -> Schedule:      # the planner over one placement and list order, checked
+        return _checked(graph, cluster, "heuristic", options,
+                        lambda s, v: plan(graph, cluster, pl, od, es, policy=policy, swap=options.swap,
+                                          recompute=options.recompute, budget_scale=s, **v), t0,
+                        extra={**extra, "placement_time": t_place})
 
     best, err = None, None
     try:
-        best = _checked(graph, cluster, "heuristic", options, build, t0,
-                        extra={"devices": len(set(place.tolist())), "placement_time": t_place})
+        best = planned(place, order, est, devices=len(set(place.tolist())))
     except InfeasibleError as e:
         err = e
     if len(devs) > 1 and compare:
         try:
-            splace, sorder, sest = _one_accelerator(graph, cluster, options, rounds)
-            single = _checked(graph, cluster, "heuristic", options,
-                              lambda s, v: plan(graph, cluster, splace, sorder, sest, policy=policy,
-                                                    swap=options.swap, recompute=options.recompute, budget_scale=s,
-                                                    **v), t0,
-                              extra={"devices": 1, "placement_time": t_place})
+            single = planned(*_one_accelerator(graph, cluster, options, rounds), devices=1)
             if best is None or single.report.objective < best.report.objective:
                 best = single
         except (InfeasibleError, Exception) as e:  # noqa: BLE001 - the multi-device plan may still stand
@@ -180,12 +176,7 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
         # what a tight budget then cannot hold (GPT-2 at 30% of its keep-everything memory, one accelerator
         # without swapping: no plan in ParDNN's order, 4.38x keep-everything's step time in the graph's)
         try:
-            gplace, gorder, gest = _single_device_inputs(graph, cluster, options)
-            ordered = _checked(graph, cluster, "heuristic", options,
-                               lambda s, v: plan(graph, cluster, gplace, gorder, gest, policy=policy,
-                                                 swap=options.swap, recompute=options.recompute, budget_scale=s,
-                                                 **v), t0,
-                               extra={"devices": 1, "placement_time": t_place, "order": "graph"})
+            ordered = planned(*_single_device_inputs(graph, cluster, options), devices=1, order="graph")
             if best is None or ordered.report.objective < best.report.objective:
                 best = ordered
         except InfeasibleError:
