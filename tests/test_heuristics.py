@@ -3,6 +3,7 @@ simulator, or they raise InfeasibleError; known cases behave sensibly."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optsched.cluster import Cluster, Device, single_accelerator
+from optsched.cluster import Cluster, Device, Link, single_accelerator
 from optsched.errors import InfeasibleError, OptschedError
 from optsched.formats.importers import example_graph_path, import_graph
 from optsched.generate import chain_graph, random_training_graph, training_graph
@@ -70,6 +71,25 @@ def test_the_heuristic_also_plans_in_the_graphs_order_and_keeps_the_faster():
     r, r0 = simulate(g, cl, both), simulate(g, cl, listed)
     assert r.valid and r0.valid and r.makespan < r0.makespan
     assert both.report.objective == pytest.approx(r.makespan)
+
+
+def test_an_operation_only_the_host_runs_leaves_the_plans_on_one_accelerator_out():
+    """An operation without a cost on the accelerator: the plans that run everything there (ParDNN's on one
+    accelerator, the graph's order, offloading) are left out, and the placement's plan, which runs it on the host,
+    stands; before, the graph's order (and with swapping, offloading) refused the whole solve."""
+    g = random_training_graph(6, 3)
+    nodes = list(g.nodes)
+    i = next(k for k, n in enumerate(nodes) if n.kind == "forward" and n.inputs)
+    host_only = nodes[i].id
+    nodes[i] = replace(nodes[i], cost={"cpu": nodes[i].cost["cpu"]})
+    g = Graph(tuple(nodes), name="host-only")
+    devs = (Device("gpu0", "cuda", 10**9), Device("host", "cpu", 10**9))
+    cl = Cluster(devs, (Link("gpu0", "host", 200.0), Link("host", "gpu0", 200.0)))
+    for swap in (False, True):
+        s = SOLVERS["heuristic"](g, cl, SolveOptions(swap=swap))
+        assert simulate(g, cl, s).valid
+        assert any(isinstance(x, Compute) and x.node == host_only and x.device == "host" for x in s.instructions)
+        assert "order" not in s.report.extra and s.report.extra.get("variant") != "offload"
 
 
 def test_more_accelerators_never_make_the_heuristic_slower_on_bert():

@@ -163,7 +163,12 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
         best = planned(place, order, est, devices=len(set(place.tolist())))
     except InfeasibleError as e:
         err = e
-    if len(devs) > 1 and compare:
+    one_device = compare        # the plans on one accelerator: none where some operation cannot run on it
+    try:
+        pick_device(graph, cluster, options.device)
+    except OptschedError:
+        one_device = False
+    if len(devs) > 1 and one_device:
         try:
             single = planned(*_one_accelerator(graph, cluster, options, rounds), devices=1)
             if best is None or single.report.objective < best.report.objective:
@@ -171,7 +176,7 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
         except (InfeasibleError, Exception) as e:  # noqa: BLE001 - the multi-device plan may still stand
             if best is None and isinstance(e, InfeasibleError) is False:
                 raise
-    if compare:
+    if one_device:
         # and in the graph's own order on that accelerator, as DTR takes it: ParDNN's list order computes ahead
         # what a tight budget then cannot hold (GPT-2 at 30% of its keep-everything memory, one accelerator
         # without swapping: no plan in ParDNN's order, 4.38x keep-everything's step time in the graph's)
@@ -181,7 +186,7 @@ def heuristic(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptio
                 best = ordered
         except InfeasibleError:
             pass
-    if compare and options.swap:
+    if one_device and options.swap:
         # vDNN-style offloading on one device is sometimes the better plan (long sequential graphs)
         try:
             off = offload_all(graph, cluster, options)
