@@ -225,6 +225,7 @@ def coupled7(monkeypatch):
 
 
 _GROWTH = {"target": 20.0, "blocking": lambda: [], "blocking_seconds": 5.0}   # the growth runs (no orders after it)
+_NO_ORDERS = {"blocking": lambda: [], "blocking_seconds": 5.0, "tight": lambda: []}     # no moments offered
 
 
 def test_the_chain_grown_from_the_best_moment_by_the_tight_ones_reaches_the_coupled_bound(coupled7):
@@ -256,6 +257,50 @@ def test_where_no_tight_moment_raises_the_chain_the_moments_its_own_point_has_no
     assert found and found[0][1] and found[0][0] == pytest.approx(1.0 * TIME_SCALE)
     assert set(grown["at"]) - {found[0][1][0]} != set(grown["at"])      # the first one separated joined
 
+def test_pairs_of_moments_that_cut_off_the_grown_chain_s_point_raise_the_bound(monkeypatch):
+    # a 14-operation training graph at 95% of keep-everything's memory, no tight moments: the chain stops growing
+    # short of the optimum. Pairs (y, (u, y, 0)) where y reads a value the chain's point computes again beside one
+    # held from before (`_paired`), one of which cuts off that point as far as the optimum (`_beyond`), raise the
+    # bound over their orders, and it stays below the exhaustive optimum
+    g = generate.random_training_graph(4, 4, params=True, max_inputs=2, window=3)
+    budget = int(0.95 * ke_peak(g))
+    best = optimum(g, budget)
+    spec = make_spec(g, one_gpu(budget), swap=False)
+    monkeypatch.setattr(bounds, "_PAIRS", 0.0)
+    alone = lower_bounds(spec, target=best, **_NO_ORDERS)
+    monkeypatch.undo()
+    paired = lower_bounds(spec, target=best, **_NO_ORDERS)
+    assert alone["floor"] < paired["floor"] * (1 - 1e-3) and paired["floor"] <= best * (1 + 1e-6)
+    assert any(bounds._last_before(m) for m in paired["at"]) and not any(bounds._last_before(m) for m in alone["at"])
+
+
+def test_pairs_of_moments_whose_cut_falls_short_of_the_target_leave_their_seconds_unspent(monkeypatch):
+    # a 16-operation training graph at 85% of keep-everything's memory: a pair cuts off the grown chain's point, but
+    # none as far as the optimum, so one pair proves nothing there and no orders run: the bound is the growth's
+    g = generate.random_training_graph(7, 31, params=False, max_inputs=2, window=3)
+    budget = int(0.85 * ke_peak(g))
+    best = optimum(g, budget)
+    spec = make_spec(g, one_gpu(budget), swap=False)
+    calls, ordered = [], []
+    beyond, orders = bounds._beyond, bounds._orders
+
+    def spy(*a, **k):
+        calls.append((a, k, beyond(*a, **k)))
+        return calls[-1][2]
+
+    monkeypatch.setattr(bounds, "_beyond", spy)
+    monkeypatch.setattr(bounds, "_orders", lambda *a, **k: ordered.append(orders(*a, **k)) or ordered[-1])
+    short = lower_bounds(spec, target=best, **_NO_ORDERS)
+    a, k, found = calls[-1]
+    assert all(len(group) == 2 for group in a[8]) and k["cutoff"] is not None     # the pairs' call
+    assert a[8] and not found and not ordered
+    deepest = max(v for v, _ in beyond(*a[:9], 0.0, 10.0, threading.Event()))    # model time, as the chain's
+    chain, reach = (short["floor"] - short["work"]) * TIME_SCALE, (best - short["work"]) * TIME_SCALE
+    assert chain * (1 + 1e-6) < deepest < reach
+    monkeypatch.setattr(bounds, "_PAIRS", 0.0)
+    assert short["floor"] == pytest.approx(lower_bounds(spec, target=best, **_NO_ORDERS)["floor"], rel=1e-9)
+
+
 def test_the_chain_grown_is_solved_to_its_optimum_where_the_seconds_per_programme_stopped_it_short(coupled7,
                                                                                                    monkeypatch):
     # every programme the growth runs stops short (its dual bound 1% under the optimum, unsolved): the chain it
@@ -276,6 +321,7 @@ def test_the_next_tier_of_tight_moments_joins_where_the_first_raises_nothing(cou
     # tiers of one: g2 first raises nothing on the loss's chain (11 s); g1, of the second tier, raises it to 12 s,
     # and then g2 joins too: the 13 s every schedule takes
     g, spec = coupled7
+    monkeypatch.setattr(bounds, "_PAIRS", 0.0)     # the growth alone: no pairs of moments after it
     monkeypatch.setattr(bounds, "_TIGHT", 1)
     monkeypatch.setattr(bounds, "_separated", lambda *a, **k: [])     # the tiers alone
     ix = g.arrays.index
@@ -291,6 +337,7 @@ def test_the_chain_grows_again_from_its_start_with_every_tier_where_an_early_tie
     # loss's chain a little and joins; g1, of the second, a little more on that chain; nothing then. Grown again
     # from the loss with both tiers at once, g1 joins first, and that chain's bound is the largest
     g, spec = coupled7
+    monkeypatch.setattr(bounds, "_PAIRS", 0.0)     # the growth alone: no pairs of moments after it
     monkeypatch.setattr(bounds, "_TIGHT", 1)
     ix, ids = g.arrays.index, g.arrays.ids
     extra = {frozenset({"loss", "g2"}): 0.2, frozenset({"loss", "g1", "g2"}): 0.3, frozenset({"loss", "g1"}): 1.0}
@@ -321,6 +368,7 @@ def test_the_growth_takes_the_seconds_it_is_given_instead_of_its_own(coupled7, m
     # no seconds of its own for the growth: the loss's 11 s; given some (as the MILP gives them on large models),
     # the grown chain's 13 s
     g, spec = coupled7
+    monkeypatch.setattr(bounds, "_PAIRS", 0.0)     # the growth alone: no pairs of moments after it
     monkeypatch.setattr(bounds, "_GROWING", 0.0)
     args = {**_GROWTH, "tight": lambda: list(range(spec.n))}
     assert lower_bounds(spec, **args)["floor"] == pytest.approx(11.0)
@@ -331,6 +379,7 @@ def test_the_chains_grown_last_are_finished_side_by_side_where_the_last_is_not_s
     # every programme of the growth stops short: g1 joins the loss (11.88 s of its 12), then g2 (11.99 s of 13),
     # whose chain stays that short when finished; the one before it is solved then, 12 s, and is the bound
     g, spec = coupled7
+    monkeypatch.setattr(bounds, "_PAIRS", 0.0)     # the growth alone: no pairs of moments after it
     monkeypatch.setattr(bounds.os, "cpu_count", lambda: 2)
     ix = g.arrays.index
     stuck, coupled, solve = [], bounds._coupled, bounds._solve     # stuck: held, so that no id is reused

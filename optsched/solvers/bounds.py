@@ -67,6 +67,15 @@ branch and bound closes slowly.
   GPT-2 at 25%: 1.3983x -> 1.4120x); given more seconds (the MILP on large models), the growth reaches the second
   tier there, the last layer's GELU backward, and 1.4454x. Where no tier raises the bound, the moments at which the
   best chain's own optimal point has no room join (`_separated`): GPT-2 at 30%, `add_14`, 1.6829x -> 1.6912x.
+- pairs of moments (same setting): where the grown chain still falls short, its optimal point may recompute a
+  value between two moments while it holds one from before for an operation y that reads both, and count the
+  held one only at the moments. The pair of y's first computation and (u, y, 0), the last computation before y
+  of a large ancestor u of what y reads that the point computes again, checks memory there too (`_paired`);
+  pairs whose programmes, with the chain's columns fixed at its point, all exceed its bound cut the point off
+  (`_beyond`), and the orders take them (`_pair_orders`). The transformer at 45% of its keep-everything memory:
+  `mm_7`, a weight gradient reading the first layer's ReLU backward (held from before `threshold_backward`'s
+  moment) and what the recomputed first layer makes, with `relu`'s last computation before it, 1.2807x ->
+  1.2988x of keep-everything's time, within 1% of the 1.3119x schedule, in 4 s.
 
 Only operations that some required result depends on count: a schedule need not compute the others.
 
@@ -142,6 +151,9 @@ _BLOCKING = 5.0     # seconds at most for the orders over the blocking moments (
 _TRY = 1.0          # seconds at most per programme when growing the chain of moments (`_grow`)
 _TIGHT = 12         # operations tried in turn by `_grow` (`tight_moments`), a tier at a time
 _SEPARATED_TRY = 12.0  # seconds at most per programme for a moment where the chain's point has no room (`_separated`)
+_PAIRED = 8         # operations y whose pairs of moments (y, (u, y, 0)) `_paired` offers
+_PAIR_US = 2        # operations u per y there
+_PAIRS = 20.0       # seconds at most for those pairs' separation and orders (`_pair_orders`)
 _AGAIN = 4          # moments (u, y, 0) from `tight` first among those the orders take
 _TIERS = 2          # tiers of them: the next joins when the chain stops growing on those before
 _GROWING = 5.0      # seconds at most for `_grow`
@@ -629,8 +641,9 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     orders over `blocking`, `_grow` adds moments from `tight` to the chain, for up to _GROWING of their seconds
     (not before those over `moments`: on the 3-layer GPT-2 at 30% they then fell 0.02% short of the proof), and
     up to _FINISH more of them where its last chain's programme is not solved yet (half of `grow_seconds` each,
-    where given); the orders over `blocking` take
-    at most _BLOCKING seconds less what `_grow` took."""
+    where given); where the grown chain falls short, the orders over the pairs of moments that cut off its point
+    (`_pair_orders`) take up to _PAIRS more; the orders over `blocking` take at most _BLOCKING seconds less what
+    those took."""
     t0 = time.perf_counter()
     tight = functools.cache(tight) if tight is not None else None     # the growth and the orders both take it
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
@@ -665,6 +678,9 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         grown = _grow(spec, d, needed, dst, anc, single, (single[top], (top,)), tight(), cutoff,
                       min(growing, blocking_seconds), stop, min(finish, max(blocking_seconds - growing, 0.0)))
         best, at = max((best, at), grown, key=lambda v: v[0])
+        if best < reach:
+            best, at = _pair_orders(spec, d, needed, dst, anc, single, (best, at), cutoff,
+                                    min(_PAIRS, blocking_seconds - (time.perf_counter() - t1)), stop)
         spent = time.perf_counter() - t1
         order_seconds, blocking_seconds = order_seconds - spent, min(blocking_seconds, _BLOCKING) - spent
         if not best < reach:
@@ -757,7 +773,7 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
                     break
                 looked.add(chain)
                 left = seconds - (time.perf_counter() - t0)
-                more = [y for y in _separated(spec, d, needed, dst, anc, single, chain, best, place, left, stop)
+                more = [y for y in _separated(spec, d, needed, dst, anc, single, chain, best, left, stop)
                         if y not in cands]
                 if not more:
                     break
@@ -784,8 +800,30 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
     return best, chain
 
 
+def _pair_orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
+                 start: tuple[float, tuple], reach: float, seconds: float,
+                 stop: threading.Event) -> tuple[float, tuple]:
+    """`_orders` from the chain of `start` (its bound, its moments) over the pairs of moments (`_paired`) that cut
+    off its optimal point as far as `reach` (`_beyond`), for up to `seconds` in all; `start` where none does.
+    With the chain's columns fixed, a pair's value is at least what its orders can give, so where none reaches,
+    one pair proves nothing and the orders' seconds go to the solver instead (the 8-layer MLP at 65% of its
+    keep-everything memory: 20 s of orders over 7 pairs raised the bound 1.210x -> 1.252x of keep-everything's
+    time, short of the 1.322x that proves its gap, and the stage model, left 15 s instead of 35, no longer
+    proved it)."""
+    t0 = time.perf_counter()
+    point = _point(spec, d, needed, dst, anc, single, start[1], seconds / 4, stop) if seconds > 0 else None
+    if point is None:
+        return start
+    pairs = _beyond(spec, d, needed, dst, anc, single, start[1], point, _paired(spec, needed, anc, start[1], point),
+                    reach, seconds / 2 - (time.perf_counter() - t0), stop, cutoff=reach)
+    if not pairs:
+        return start
+    return _orders(spec, d, needed, dst, anc, single, start, list(dict.fromkeys(m for _, p in pairs for m in p)),
+                   reach, seconds - (time.perf_counter() - t0), stop)
+
+
 def _separated(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
-               chain: tuple, best: float, place, seconds: float, stop: threading.Event) -> list[int]:
+               chain: tuple, best: float, seconds: float, stop: threading.Event) -> list[int]:
     """The operations where the optimal point of the chain's programme has no room, most first: each one that
     comes before or after every moment in every schedule, as a moment of the chain with the chain's own columns
     (what is resident at its moments, and what came before them) fixed at that point. Where that programme's
@@ -795,31 +833,91 @@ def _separated(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc
     programmes of `add_14` and `add_18`, the third and fourth tiers, exceed 1.6829x of keep-everything's time, in
     6.6 s; `add_14` joined, 1.6912x). For up to `seconds`."""
     t0 = time.perf_counter()
-    problem, (S0, _, P0) = _coupled(spec, d, list(chain), needed, dst, anc, single)
-    _, point = _solve(problem, True, seconds, point=True, stop=stop)
+    point = _point(spec, d, needed, dst, anc, single, chain, seconds, stop)
     if point is None:
         return []
     ys = [y for y in np.flatnonzero(needed).tolist() if y not in chain]
     _ancestors(spec, anc, ys)
     ys = [y for y in ys if _placeable(anc, chain, y)]
+    left = seconds - (time.perf_counter() - t0)
+    return [g[0] for _, g in _beyond(spec, d, needed, dst, anc, single, chain, point, [(y,) for y in ys],
+                                      best * (1 + 1e-9), left, stop)]
 
-    def value(y: int) -> float:
-        left = seconds - (time.perf_counter() - t0)
-        if left <= 0 or stop.is_set():
-            return 0.0
-        moments = sorted((*chain, y), key=place)
-        (cost, lb, ub, *rows), (S, _, P) = _coupled(spec, d, moments, needed, dst, anc, single)
-        lb, ub = lb.copy(), ub.copy()
-        for j, m in enumerate(chain):
-            k = moments.index(m)
-            for old, new in ((S0, S), (P0, P)):
-                on = (old[j] >= 0) & (new[k] >= 0)
-                lb[new[k][on]] = ub[new[k][on]] = np.round(point[old[j][on]])
-        return _solve((cost, lb, ub, *rows), True, min(_TRY, left), stop=stop)
 
+def _point(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict, chain: tuple,
+           seconds: float, stop: threading.Event):
+    """(the best point of the chain's programme found in `seconds`, its columns S, R, P: `_coupled`'s), or None."""
+    problem, columns = _coupled(spec, d, list(chain), needed, dst, anc, single)
+    _, point = _solve(problem, True, seconds, point=True, stop=stop)
+    return None if point is None else (point, columns)
+
+
+def _beyond(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict, chain: tuple,
+            point, groups: list[tuple], least: float, seconds: float, stop: threading.Event,
+            cutoff: float | None = None) -> list[tuple]:
+    """[(value, group)] for the groups of moments that cut off the chain's `point` (`_point`) as far as `least`,
+    most first: with the chain's own columns (what is resident at its moments, and what came before them) fixed
+    there, the least of the programmes over every order of the chain and the group (`_places`, each at most _TRY
+    seconds, `_solve` with `cutoff`), the value, is `least` or more. A group's orders stop at the first below it.
+    Side by side, for up to `seconds`."""
+    t0 = time.perf_counter()
+    x, (S0, _, P0) = point
+
+    def value(group: tuple) -> float:
+        orders = [list(chain)]
+        for m in group:
+            orders = [o for seq in orders for o in _places(anc, seq, m)]
+        val = np.inf
+        for o in orders:
+            left = seconds - (time.perf_counter() - t0)
+            if left <= 0 or stop.is_set():
+                return 0.0
+            (cost, lb, ub, *rows), (S, _, P) = _coupled(spec, d, o, needed, dst, anc, single)
+            lb, ub = lb.copy(), ub.copy()
+            for j, m in enumerate(chain):
+                k = o.index(m)
+                for old, new in ((S0, S), (P0, P)):
+                    on = (old[j] >= 0) & (new[k] >= 0)
+                    lb[new[k][on]] = ub[new[k][on]] = np.round(x[old[j][on]])
+            val = min(val, _solve((cost, lb, ub, *rows), True, min(_TRY, left), cutoff=cutoff, stop=stop))
+            if val < least:
+                break
+        return val
+
+    _ancestors(spec, anc, [m for group in groups for m in group])
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:      # HiGHS runs without the interpreter's lock
-        found = [(v, y) for v, y in zip(pool.map(value, ys), ys, strict=True) if v > best * (1 + 1e-9)]
-    return [y for _, y in sorted(found, key=lambda f: -f[0])]
+        found = [(v, g) for v, g in zip(pool.map(value, groups), groups, strict=True) if v >= least]
+    return sorted(found, key=lambda f: -f[0])
+
+
+def _paired(spec: ModelSpec, needed: np.ndarray, anc: dict, chain: tuple, point) -> list[tuple]:
+    """Pairs of moments (y, (u, y, 0)) worth adding to the chain, from its optimal point (`_point`): y reads a
+    value the point computes again between moments beside the most bytes it does not (held from before), at most
+    _PAIRED of them, and u is one of the _PAIR_US largest ancestors of y that the point computes again (the latest
+    first among equal ones). The moment at y alone counts what it reads; u's last computation before y also counts
+    what is held across that recomputation until y reads it (the transformer at 45% of its keep-everything memory:
+    `mm_7` reads the first layer's ReLU backward, held from before the moment at `threshold_backward`, and what the
+    recomputed first layer makes, `relu` among it)."""
+    x, (_, R, _) = point
+    again = np.zeros(spec.n, dtype=bool)
+    on = R >= 0
+    again[np.nonzero(on)[1][x[R[on]] > 0.5]] = True
+    n = spec.n
+    dst = np.repeat(np.arange(n), np.diff(spec.in_ptr))
+    pair = np.unique(dst * n + spec.in_idx)             # each input once
+    v, u = pair // n, pair % n
+    reads = np.bincount(v, weights=again[u], minlength=n) > 0
+    held = np.bincount(v, weights=np.where(again[u], 0.0, spec.nbytes[u]), minlength=n)
+    ys = np.flatnonzero(reads & needed & (held > 0))
+    ys = [y for y in ys[np.argsort(-held[ys], kind="stable")].tolist() if y not in chain][:_PAIRED]
+    _ancestors(spec, anc, ys)
+    rank = rank_of(spec)
+    out = []
+    for y in ys:
+        us = np.flatnonzero(again & anc[y])
+        us = us[np.lexsort((-rank[us], -spec.nbytes[us]))][:_PAIR_US]
+        out += [(y, (u, y, 0)) for u in us.tolist()]
+    return out
 
 
 def _placeable(anc: dict, chain, y) -> bool:
@@ -878,9 +976,7 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
         y = next((m for m in moments if m not in seq and m not in idle), None)
         if y is None or left <= 0 or (reach is not None and val >= reach) or not np.isfinite(val) or stop.is_set():
             return val, seq
-        lo = max((i + 1 for i, x in enumerate(seq) if _precedes(anc, x, y)), default=0)
-        hi = min((i for i, x in enumerate(seq) if _precedes(anc, y, x)), default=len(seq))
-        orders = [seq[:p] + (y,) + seq[p:] for p in range(lo, hi + 1)]
+        orders = _places(anc, seq, y)
         problems = [_coupled(spec, d, list(o), needed, dst, anc, single, between=between)[0] for o in orders]
         left = seconds - (time.perf_counter() - t0)     # all of it, each: the bound needs every order to reach
         vals = _side_by_side(problems, left, reach, stop, sub_mips=False)
@@ -889,6 +985,14 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
             continue
         leaves.remove((val, seq))
         leaves.extend((max(v, val), o) for v, o in zip(vals, orders, strict=True))
+
+
+def _places(anc: dict, seq: Sequence, m) -> list:
+    """The orders (of seq's type) with moment m inserted into seq at each place its ancestry leaves: after every
+    moment that comes before it in every schedule, before every one that comes after it."""
+    lo = max((i + 1 for i, x in enumerate(seq) if _precedes(anc, x, m)), default=0)
+    hi = min((i for i, x in enumerate(seq) if _precedes(anc, m, x)), default=len(seq))
+    return [seq[:p] + type(seq)((m,)) + seq[p:] for p in range(lo, hi + 1)]
 
 
 def _op(m) -> int:
