@@ -814,8 +814,9 @@ def _pair_orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, a
     point = _point(spec, d, needed, dst, anc, single, start[1], seconds / 4, stop) if seconds > 0 else None
     if point is None:
         return start
-    pairs = _beyond(spec, d, needed, dst, anc, single, start[1], point, _paired(spec, needed, anc, start[1], point),
-                    reach, seconds / 2 - (time.perf_counter() - t0), stop, cutoff=reach)
+    offered = _paired(spec, needed, dst, anc, start[1], point)
+    pairs = _beyond(spec, d, needed, dst, anc, single, start[1], point, offered, reach,
+                    seconds / 2 - (time.perf_counter() - t0), stop, cutoff=reach)
     if not pairs:
         return start
     return _orders(spec, d, needed, dst, anc, single, start, list(dict.fromkeys(m for _, p in pairs for m in p)),
@@ -890,7 +891,7 @@ def _beyond(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
     return sorted(found, key=lambda f: -f[0])
 
 
-def _paired(spec: ModelSpec, needed: np.ndarray, anc: dict, chain: tuple, point) -> list[tuple]:
+def _paired(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray, anc: dict, chain: tuple, point) -> list[tuple]:
     """Pairs of moments (y, (u, y, 0)) worth adding to the chain, from its optimal point (`_point`): y reads a
     value the point computes again between moments beside the most bytes it does not (held from before), at most
     _PAIRED of them, and u is one of the _PAIR_US largest ancestors of y that the point computes again (the latest
@@ -903,8 +904,7 @@ def _paired(spec: ModelSpec, needed: np.ndarray, anc: dict, chain: tuple, point)
     on = R >= 0
     again[np.nonzero(on)[1][x[R[on]] > 0.5]] = True
     n = spec.n
-    dst = np.repeat(np.arange(n), np.diff(spec.in_ptr))
-    pair = np.unique(dst * n + spec.in_idx)             # each input once
+    pair = np.unique(dst * n + spec.in_idx)             # each input once (`dst[e]` reads the input e)
     v, u = pair // n, pair % n
     reads = np.bincount(v, weights=again[u], minlength=n) > 0
     held = np.bincount(v, weights=np.where(again[u], 0.0, spec.nbytes[u]), minlength=n)
