@@ -71,11 +71,12 @@ branch and bound closes slowly.
   value between two moments while it holds one from before for an operation y that reads both, and count the
   held one only at the moments. The pair of y's first computation and (u, y, 0), the last computation before y
   of a large ancestor u of what y reads that the point computes again, checks memory there too (`_paired`);
-  pairs whose programmes, with the chain's columns fixed at its point, all exceed its bound cut the point off
-  (`_beyond`), and the orders take them (`_pair_orders`). The transformer at 45% of its keep-everything memory:
-  `mm_7`, a weight gradient reading the first layer's ReLU backward (held from before `threshold_backward`'s
-  moment) and what the recomputed first layer makes, with `relu`'s last computation before it, 1.2807x ->
-  1.2988x of keep-everything's time, within 1% of the 1.3119x schedule, in 4 s.
+  the pairs whose programmes, with the chain's columns fixed at its point, reach the target in every order cut
+  the point off (`_beyond`), and the orders take them; where none does, none runs (`_pair_orders`). The
+  transformer at 45% of its keep-everything memory: `mm_7`, a weight gradient reading the first layer's ReLU
+  backward (held from before `threshold_backward`'s moment) and what the recomputed first layer makes, with
+  `relu`'s last computation before it, 1.2807x -> 1.2988x of keep-everything's time, within 1% of the 1.3119x
+  schedule, in 4 s.
 
 Only operations that some required result depends on count: a schedule need not compute the others.
 
