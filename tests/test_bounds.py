@@ -301,6 +301,26 @@ def test_pairs_of_moments_whose_cut_falls_short_of_the_target_leave_their_second
     assert short["floor"] == pytest.approx(lower_bounds(spec, target=best, **_NO_ORDERS)["floor"], rel=1e-9)
 
 
+def test_with_seconds_to_spare_a_pair_whose_cut_falls_short_of_the_target_still_takes_its_orders(monkeypatch):
+    # the same graph and budget as above, where the growth has seconds of its own (`grow_seconds`: large models, on
+    # which no solver waits for the bound) and more than _DEEP are left after it: the pair that cuts off the chain's
+    # point, though short of the optimum, is kept and its orders raise the bound, which stays below the optimum
+    g = generate.random_training_graph(7, 31, params=False, max_inputs=2, window=3)
+    budget = int(0.85 * ke_peak(g))
+    best = optimum(g, budget)
+    spec = make_spec(g, one_gpu(budget), swap=False)
+    ordered = []
+    orders = bounds._orders
+    monkeypatch.setattr(bounds, "_orders", lambda *a, **k: ordered.append(a[7]) or orders(*a, **k))
+    spare = {**_NO_ORDERS, "blocking_seconds": 20.0, "grow_seconds": 4.0}
+    short = lower_bounds(spec, target=best, **spare)
+    assert not ordered          # 20 s less the growth's are fewer than _DEEP: the pairs are gated as before
+    monkeypatch.setattr(bounds, "_DEEP", 10.0)
+    deep = lower_bounds(spec, target=best, **spare)
+    assert ordered and all(any(bounds._last_before(m) for m in ms) for ms in ordered)
+    assert short["floor"] * (1 + 1e-6) < deep["floor"] <= best * (1 + 1e-6)
+
+
 def test_the_chain_grown_is_solved_to_its_optimum_where_the_seconds_per_programme_stopped_it_short(coupled7,
                                                                                                    monkeypatch):
     # every programme the growth runs stops short (its dual bound 1% under the optimum, unsolved): the chain it

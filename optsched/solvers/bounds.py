@@ -72,7 +72,8 @@ branch and bound closes slowly.
   held one only at the moments. The pair of y's first computation and (u, y, 0), the last computation before y
   of a large ancestor u of what y reads that the point computes again, checks memory there too (`_paired`);
   the pairs whose programmes, with the chain's columns fixed at its point, reach the target in every order cut
-  the point off (`_beyond`), and the orders take them; where none does, none runs (`_pair_orders`). The
+  the point off (`_beyond`), and the orders take them; where none does, none runs (`_pair_orders`), unless a
+  minute or more is left to the large models' growth: then every pair that cuts the point at all. The
   transformer at 45% of its keep-everything memory: `mm_7`, a weight gradient reading the first layer's ReLU
   backward (held from before `threshold_backward`'s moment) and what the recomputed first layer makes, with
   `relu`'s last computation before it, 1.2807x -> 1.2988x of keep-everything's time, within 1% of the 1.3119x
@@ -155,6 +156,7 @@ _SEPARATED_TRY = 12.0  # seconds at most per programme for a moment where the ch
 _PAIRED = 8         # operations y whose pairs of moments (y, (u, y, 0)) `_paired` offers
 _PAIR_US = 2        # operations u per y there
 _PAIRS = 20.0       # seconds at most for those pairs' separation and orders (`_pair_orders`)
+_DEEP = 60.0        # seconds left, at least, for the pairs that cut the point short of the target (`deep`)
 _AGAIN = 4          # moments (u, y, 0) from `tight` first among those the orders take
 _TIERS = 2          # tiers of them: the next joins when the chain stops growing on those before
 _GROWING = 5.0      # seconds at most for `_grow`
@@ -643,8 +645,8 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     (not before those over `moments`: on the 3-layer GPT-2 at 30% they then fell 0.02% short of the proof), and
     up to _FINISH more of them where its last chain's programme is not solved yet (half of `grow_seconds` each,
     where given); where the grown chain falls short, the orders over the pairs of moments that cut off its point
-    (`_pair_orders`) take up to _PAIRS more; the orders over `blocking` take at most _BLOCKING seconds less what
-    those took."""
+    (`_pair_orders`) take up to _PAIRS more, or, with `grow_seconds` and _DEEP of `blocking_seconds` left, all of
+    these; the orders over `blocking` take at most _BLOCKING seconds less what those took."""
     t0 = time.perf_counter()
     tight = functools.cache(tight) if tight is not None else None     # the growth and the orders both take it
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
@@ -680,8 +682,10 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
                       min(growing, blocking_seconds), stop, min(finish, max(blocking_seconds - growing, 0.0)))
         best, at = max((best, at), grown, key=lambda v: v[0])
         if best < reach:
+            left = blocking_seconds - (time.perf_counter() - t1)
+            deep = grow_seconds is not None and left >= _DEEP
             best, at = _pair_orders(spec, d, needed, dst, anc, single, (best, at), cutoff,
-                                    min(_PAIRS, blocking_seconds - (time.perf_counter() - t1)), stop)
+                                    left if deep else min(_PAIRS, left), stop, deep)
         spent = time.perf_counter() - t1
         order_seconds, blocking_seconds = order_seconds - spent, min(blocking_seconds, _BLOCKING) - spent
         if not best < reach:
@@ -803,21 +807,26 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
 
 def _pair_orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
                  start: tuple[float, tuple], reach: float, seconds: float,
-                 stop: threading.Event) -> tuple[float, tuple]:
+                 stop: threading.Event, deep: bool = False) -> tuple[float, tuple]:
     """`_orders` from the chain of `start` (its bound, its moments) over the pairs of moments (`_paired`) that cut
     off its optimal point as far as `reach` (`_beyond`), for up to `seconds` in all; `start` where none does.
     With the chain's columns fixed, a pair's value is at least what its orders can give, so where none reaches,
     one pair proves nothing and the orders' seconds go to the solver instead (the 8-layer MLP at 65% of its
     keep-everything memory: 20 s of orders over 7 pairs raised the bound 1.210x -> 1.252x of keep-everything's
     time, short of the 1.322x that proves its gap, and the stage model, left 15 s instead of 35, no longer
-    proved it)."""
+    proved it). `deep`: _DEEP seconds or more, on large models (`_recompute`'s `grow_seconds`), whose branch and
+    bound from the root rarely betters anything at such budgets: every pair that cuts off the point at all is
+    kept, the deepest first, and the orders take all the seconds (GPT-2 at 30% with a time limit of 180 s: `mm_1`
+    with `mul_9`'s last computation before it cuts the point short of the target, and in 61 s its orders raise
+    the bound 1.6829x -> 1.6927x of keep-everything's time)."""
     t0 = time.perf_counter()
     point = _point(spec, d, needed, dst, anc, single, start[1], seconds / 4, stop) if seconds > 0 else None
     if point is None:
         return start
     offered = _paired(spec, needed, dst, anc, start[1], point)
-    pairs = _beyond(spec, d, needed, dst, anc, single, start[1], point, offered, reach,
-                    seconds / 2 - (time.perf_counter() - t0), stop, cutoff=reach)
+    pairs = _beyond(spec, d, needed, dst, anc, single, start[1], point, offered,
+                    start[0] * (1 + 1e-9) if deep else reach, seconds / 2 - (time.perf_counter() - t0), stop,
+                    cutoff=reach)
     if not pairs:
         return start
     return _orders(spec, d, needed, dst, anc, single, start, list(dict.fromkeys(m for _, p in pairs for m in p)),
