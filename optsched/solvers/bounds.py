@@ -645,8 +645,9 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     (not before those over `moments`: on the 3-layer GPT-2 at 30% they then fell 0.02% short of the proof), and
     up to _FINISH more of them where its last chain's programme is not solved yet (half of `grow_seconds` each,
     where given); where the grown chain falls short, the orders over the pairs of moments that cut off its point
-    (`_pair_orders`) take up to _PAIRS more, or, with `grow_seconds` and _DEEP of `blocking_seconds` left, all of
-    these; the orders over `blocking` take at most _BLOCKING seconds less what those took."""
+    (`_pair_orders`) take up to _PAIRS more, or, with `grow_seconds` and at least _DEEP of `blocking_seconds`
+    left, all that is left of them; the orders over `blocking` take at most _BLOCKING seconds less what those
+    took."""
     t0 = time.perf_counter()
     tight = functools.cache(tight) if tight is not None else None     # the growth and the orders both take it
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
