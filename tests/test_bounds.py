@@ -423,6 +423,60 @@ def test_the_chains_grown_last_are_finished_side_by_side_where_the_last_is_not_s
     assert sorted(g.arrays.ids[x] for x in grown["at"]) == ["g1", "loss"]
 
 
+def test_a_chain_from_an_earlier_call_is_where_the_growth_starts(coupled7, monkeypatch):
+    # g1 alone raises the loss's chain to 12 s; g2 alone raises nothing on it (11 s). Given the chain of the loss
+    # and g1 (`start`, from the earlier call's "grown"), the growth over g2 alone starts there: 13 s
+    g, spec = coupled7
+    monkeypatch.setattr(bounds, "_PAIRS", 0.0)     # the growth alone: no pairs of moments after it
+    monkeypatch.setattr(bounds, "_separated", lambda *a, **k: [])     # the moments offered alone
+    ix, ids = g.arrays.index, g.arrays.ids
+    first = lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g1"]])
+    assert first["floor"] == pytest.approx(12.0) and sorted(ids[x] for x in first["grown"][1]) == ["g1", "loss"]
+    assert lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g2"]])["floor"] == pytest.approx(11.0)
+    again = lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g2"]], start=first["grown"])
+    assert again["floor"] == pytest.approx(13.0) and sorted(ids[x] for x in again["at"]) == ["g1", "g2", "loss"]
+    assert again["grown"][1] == again["at"]
+
+
+def test_the_chains_finished_are_the_best_one_and_those_it_grew_from_not_the_last_grown(coupled7, monkeypatch):
+    # the tries' values are stand-ins (the test is of the search), none solved, one core: g1 joins the loss's
+    # chain (1.5 s of recomputation tried); g2, of the next tier, raises nothing on it (1.4 s). Grown again from
+    # the loss with both tiers, g1's try stops at 1.3 s this time and g2 (1.45 s) joins instead. The chain
+    # finished is the best one, the loss and g1, not the last grown: solved, 2 s, 12 s in all (the 3-layer GPT-2
+    # at 25% of its keep-everything memory, where the growth began again after its best chain)
+    g, spec = coupled7
+    monkeypatch.setattr(bounds, "_PAIRS", 0.0)     # the growth alone: no pairs of moments after it
+    monkeypatch.setattr(bounds, "_TIGHT", 1)
+    monkeypatch.setattr(bounds.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(bounds, "_separated", lambda *a, **k: [])     # the tiers alone
+    ix, ids = g.arrays.index, g.arrays.ids
+    tries = {frozenset({"loss", "g1"}): [1.5, 1.3], frozenset({"loss", "g2"}): [1.45],
+             frozenset({"loss", "g1", "g2"}): [1.4]}
+    coupled, solve, named, finished = bounds._coupled, bounds._solve, {}, []
+
+    def built(spec, d, chain, *a, **k):
+        out = coupled(spec, d, chain, *a, **k)
+        named[id(out[0][0])] = (out[0][0], frozenset(ids[m] for m in chain))     # held, so that no id is reused
+        return out
+
+    def value(problem, *a, solved=False, **k):
+        names = named.get(id(problem[0]), (None, None))[1]
+        if names not in tries:
+            return solve(problem, *a, solved=solved, **k)
+        if not solved:                  # the chains finished side by side
+            finished.append(names)
+            return solve(problem, *a, **k)
+        vs = tries[names]
+        return (vs.pop(0) if len(vs) > 1 else vs[0]) * TIME_SCALE, False
+
+    monkeypatch.setattr(bounds, "_coupled", built)
+    monkeypatch.setattr(bounds, "_solve", value)
+    grown = lower_bounds(spec, **_GROWTH, tight=lambda: [ix["g1"], ix["g2"]])
+    assert finished == [frozenset({"loss", "g1"})]
+    assert grown["floor"] == pytest.approx(12.0)
+    assert sorted(ids[x] for x in grown["at"]) == ["g1", "loss"]
+
+
 def test_tight_moments_take_a_drop_from_the_value_s_last_reader_wherever_the_list_puts_it():
     # f2 (read by the loss only) dropped right after the loss or at the end of the list: the simulator releases
     # it after the loss either way, so the least memory to spare is at the loss (12 of 20 bytes held... 8), then g2

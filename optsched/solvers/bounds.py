@@ -171,11 +171,12 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
                  moments: Callable[[], Sequence[int]] | None = None, order_seconds: float = 0.0,
                  stop: threading.Event | None = None, blocking: Callable[[], Sequence[int]] | None = None,
                  blocking_seconds: float = 0.0, tight: Callable[[], Sequence[int]] | None = None,
-                 grow_seconds: float | None = None) -> dict:
-    """{"chain", "work", "recompute", "at", "floor"}: seconds every schedule of the graph on the model's devices
-    needs (see the module docstring); recompute is None where it does not apply and infinite where no schedule
-    fits, `at` the indices of the operations it came from (one, or the coupled bound's moments in the order of
-    the weakest; None when no recomputation is forced), floor the largest.
+                 grow_seconds: float | None = None, start: tuple | None = None) -> dict:
+    """{"chain", "work", "recompute", "at", "floor", "grown"}: seconds every schedule of the graph on the model's
+    devices needs (see the module docstring); recompute is None where it does not apply and infinite where no
+    schedule fits, `at` the indices of the operations it came from (one, or the coupled bound's moments in the
+    order of the weakest; None when no recomputation is forced), floor the largest; "grown" the chain of moments
+    before any orders, (its bound in model time, its moments), or None.
     `target` (seconds): the coupled bound is not tried when the single moments already reach it. Where the bound
     falls short of it by less than _ORDER_NEAR, the coupled programme over the moments in every order (`_orders`)
     takes `moments()` (operation indices, most promising first: `order_moments`; called only then) for up to
@@ -183,8 +184,12 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     (`blocking_moments`) take up to `blocking_seconds` (at most _BLOCKING). Before the latter, the chain grows by
     moments from `tight()` (`tight_moments`; `_grow`) for up to _GROWING of those seconds, and the orders start
     from it; `grow_seconds`, where given, replaces _GROWING and _FINISH: half of it for the growth, the rest to
-    finish the programme of the chain it ends with (within `blocking_seconds`). A Ctrl-C (or `stop` set) ends them
-    with the bound so far, `stop` set."""
+    finish the programme of the chain it ends with (within `blocking_seconds`). `start`: an earlier call's "grown"
+    over the same spec, where the chain grows from when it beats the best single moment: grown again from that
+    moment, the chain need not get back there (GPT-2 at 30% of its keep-everything memory with a time limit of
+    180 s: the growth beside the LP ends at 1.6829x of keep-everything's time in 6 s; grown again from the single
+    moment, the chain was no higher after 69 s, and the pairs' orders over it reached 1.6978x; from the first
+    chain, 1.7239x). A Ctrl-C (or `stop` set) ends them with the bound so far, `stop` set."""
     needed = _needed(spec)
     runnable = ~np.isnan(spec.ccost)
     cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
@@ -198,12 +203,13 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     speed = float(rel.max(axis=1, initial=0.0).sum())
     work = float(cheapest.sum()) / speed if speed > 0 else 0.0
     out = {"chain": float(done.max(initial=0.0)) / TIME_SCALE, "work": work / TIME_SCALE, "recompute": None,
-           "at": None}
+           "at": None, "grown": None}
     d = _sole_device(spec, needed)
     if d is not None:
         reach = None if target is None else target * TIME_SCALE - float(cheapest.sum())
-        extra, out["at"] = _recompute(spec, d, needed, seconds, reach, float(cheapest.sum()), moments, order_seconds,
-                                      stop, blocking, blocking_seconds, tight, grow_seconds)
+        extra, out["at"], out["grown"] = _recompute(spec, d, needed, seconds, reach, float(cheapest.sum()), moments,
+                                                    order_seconds, stop, blocking, blocking_seconds, tight,
+                                                    grow_seconds, start)
         out["recompute"] = (float(cheapest.sum()) + extra) / TIME_SCALE
     out["floor"] = max(v for k, v in out.items() if k in ("chain", "work", "recompute") and v is not None)
     return out
@@ -631,11 +637,13 @@ def _candidates(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> np.ndar
 
 def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reach: float | None, work: float = 0.0,
                moments=None, order_seconds: float = 0.0, stop: threading.Event | None = None, blocking=None,
-               blocking_seconds: float = 0.0, tight=None,
-               grow_seconds: float | None = None) -> tuple[float, tuple[int, ...] | None]:
-    """(model time every schedule spends recomputing, at least; the moments it was found at), or (0, None).
+               blocking_seconds: float = 0.0, tight=None, grow_seconds: float | None = None,
+               start: tuple | None = None) -> tuple[float, tuple | None, tuple | None]:
+    """(model time every schedule spends recomputing, at least; the moments it was found at; the chain of moments
+    before any orders, with its bound), or (0, None, None).
     The orders start with `_reader`'s operation and the moments (u, y, 0) of `tight` whose y is a moment already.
-    `reach`: the coupled bound is skipped when a single moment gets there; when it falls short, the orders over
+    `start` (value, moments), where larger than the best single moment's, stands for it, and the chain grows
+    from it. `reach`: the coupled bound is skipped when a single moment gets there; when it falls short, the orders over
     `moments` (`_orders`, for `order_seconds`) are tried where the bound plus `work` is within _ORDER_NEAR of it
     plus `work` (model time), else those over `blocking` (for `blocking_seconds`): on the 3-layer GPT-2 at 30% of
     its keep-everything memory, 5 s of them first left the orders over `moments` 0.02% short of the proof. Either
@@ -658,10 +666,12 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
             val = max(val, _solve(problem, True, max(seconds - (time.perf_counter() - t0), 0.01) / (_INTEGER - k)))
         single[x] = val
     if not single:
-        return 0.0, None
+        return 0.0, None, None
     top = max(single, key=single.get)
     best, at = single[top], (top,)
-    if single[top] > 0 and (reach is None or single[top] < reach):
+    origin = (best, at) if start is None or start[0] <= best else start     # where the chain grows from
+    best, at = origin
+    if best > 0 and (reach is None or best < reach):
         coupled = _through_best(spec, d, needed, dst, anc, single)
         if coupled is not None:
             chain, problem, _ = coupled
@@ -669,7 +679,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
             if val > best * (1 + 1e-9):
                 best, at = val, tuple(chain)
     if reach is None or not 0 < best < reach:
-        return best, at
+        return best, at, (best, at)
     stop = stop or threading.Event()
     cutoff = reach + 1e-7 * (work + reach)      # a hair above, so that reaching it proves a gap despite rounding
 
@@ -679,9 +689,10 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     if tight is not None and blocking_seconds > 0 and not near():   # near, the orders' seconds are theirs alone
         t1 = time.perf_counter()
         growing, finish = (_GROWING, _FINISH) if grow_seconds is None else (grow_seconds / 2, grow_seconds / 2)
-        grown = _grow(spec, d, needed, dst, anc, single, (single[top], (top,)), tight(), cutoff,
+        grown = _grow(spec, d, needed, dst, anc, single, origin, tight(), cutoff,
                       min(growing, blocking_seconds), stop, min(finish, max(blocking_seconds - growing, 0.0)))
         best, at = max((best, at), grown, key=lambda v: v[0])
+        chain = (best, at)
         if best < reach:
             left = blocking_seconds - (time.perf_counter() - t1)
             deep = grow_seconds is not None and left >= _DEEP
@@ -690,21 +701,23 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         spent = time.perf_counter() - t1
         order_seconds, blocking_seconds = order_seconds - spent, min(blocking_seconds, _BLOCKING) - spent
         if not best < reach:
-            return best, at
+            return best, at, chain
+    else:
+        chain = (best, at)
     if near():
         ms, seconds = moments, order_seconds
     elif blocking is not None and blocking_seconds > 0:
         ms, seconds = blocking, blocking_seconds
     else:
-        return best, at
+        return best, at, chain
     ms = list(ms())
     if not ms:          # the fastest schedule computed nothing a third time: no orders
-        return best, at
+        return best, at, chain
     head = _reader(spec, needed, at, anc)
     known = set(at) | set(head)     # a moment (u, y, 0) restricts u only up to y, where the chain has y
     again = [m for m in tight() if _last_before(m) and m[1] in known][:_AGAIN] if tight is not None else []
     ms = list(dict.fromkeys(head + again + ms))
-    return _orders(spec, d, needed, dst, anc, single, (best, at), ms, cutoff, seconds, stop)
+    return *_orders(spec, d, needed, dst, anc, single, (best, at), ms, cutoff, seconds, stop), chain
 
 
 def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
@@ -717,11 +730,13 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
     `reach`, `seconds` pass or `stop` is set; then the next tier of `cands` (_TIGHT each) joins, where there is one.
     When the last tier raises nothing either, the chain grows once more from `start` with every tier at once: the
     moments that joined first were chosen from the first tiers only.
-    Where the _TRY seconds stopped the programme of the last chain short of its optimum, it runs again, and so do
-    those of the chains grown before it that stopped short too, a core each (the last one on every core where it is
-    alone), for what is left of `seconds` and up to `finish` more (the 3-layer GPT-2 at 25% of its keep-everything
-    memory: 1.3983x -> 1.4120x of keep-everything's time, the programme solved in 3.3 s): the last chain grown is
-    not always the one solved in time.
+    Where the _TRY seconds stopped the programme of the best chain short of its optimum, it runs again, and so do
+    those of the chains it grew from that stopped short too, the latest first, a core each (the last one on every
+    core where it is alone), for what is left of `seconds` and up to `finish` more (the 3-layer GPT-2 at 25% of
+    its keep-everything memory: 1.3983x -> 1.4120x of keep-everything's time, the programme solved in 3.3 s): the
+    best chain is not always the one solved in time. Not the last chains grown: a growth begun again from `start`
+    grows others (there, with a time limit of 180 s, those left the best chain unfinished: 1.4154x; finished,
+    1.4676x).
     Each chain's dual bound holds for every schedule, so the largest is the bound. A few moments where memory binds
     beat a long chain: `_chain` takes the operations where keep-everything holds the most, all near the peak, and
     over 16 moments HiGHS gets no further than the LP (the transformer at 45% of its keep-everything memory: the
@@ -796,7 +811,8 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
                 unsolved.append(chain)
     best, chain = top
     left = seconds + finish - (time.perf_counter() - t0)
-    unsolved = unsolved[-(os.cpu_count() or 1):]
+    # the best chain and those it grew from, the latest first: a growth begun again from `start` grows others
+    unsolved = sorted(dict.fromkeys(c for c in unsolved if set(c) <= set(chain)), key=len)[-(os.cpu_count() or 1):]
     if chain in unsolved and best < reach and left > 0 and not stop.is_set():
         vals = _side_by_side([_coupled(spec, d, list(c), needed, dst, anc, single)[0] for c in unsolved], left,
                              reach, stop)
