@@ -642,8 +642,9 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     """(model time every schedule spends recomputing, at least; the moments it was found at; the chain of moments
     before any orders, with its bound), or (0, None, None).
     The orders start with `_reader`'s operation and the moments (u, y, 0) of `tight` whose y is a moment already.
-    `start` (value, moments), where larger than the best single moment's, stands for it, and the chain grows
-    from it. `reach`: the coupled bound is skipped when a single moment gets there; when it falls short, the orders over
+    `start` (value, moments), where larger than the best single moment's, stands for it and for the coupled
+    bound, and the chain grows from it. `reach`: the coupled bound is skipped when a single moment gets there;
+    when it falls short, the orders over
     `moments` (`_orders`, for `order_seconds`) are tried where the bound plus `work` is within _ORDER_NEAR of it
     plus `work` (model time), else those over `blocking` (for `blocking_seconds`): on the 3-layer GPT-2 at 30% of
     its keep-everything memory, 5 s of them first left the orders over `moments` 0.02% short of the proof. Either
@@ -670,16 +671,18 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     top = max(single, key=single.get)
     best, at = single[top], (top,)
     origin = (best, at) if start is None or start[0] <= best else start     # where the chain grows from
-    best, at = origin
-    if best > 0 and (reach is None or best < reach):
+    if origin is start:
+        best, at = start        # its call tried the coupled bound already, and kept the larger
+    elif best > 0 and (reach is None or best < reach):
         coupled = _through_best(spec, d, needed, dst, anc, single)
         if coupled is not None:
             chain, problem, _ = coupled
             val = _solve(problem, True, _COUPLED)
             if val > best * (1 + 1e-9):
                 best, at = val, tuple(chain)
+    grown = (best, at)      # the chain before any orders
     if reach is None or not 0 < best < reach:
-        return best, at, (best, at)
+        return best, at, grown
     stop = stop or threading.Event()
     cutoff = reach + 1e-7 * (work + reach)      # a hair above, so that reaching it proves a gap despite rounding
 
@@ -689,10 +692,9 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     if tight is not None and blocking_seconds > 0 and not near():   # near, the orders' seconds are theirs alone
         t1 = time.perf_counter()
         growing, finish = (_GROWING, _FINISH) if grow_seconds is None else (grow_seconds / 2, grow_seconds / 2)
-        grown = _grow(spec, d, needed, dst, anc, single, origin, tight(), cutoff,
-                      min(growing, blocking_seconds), stop, min(finish, max(blocking_seconds - growing, 0.0)))
-        best, at = max((best, at), grown, key=lambda v: v[0])
-        chain = (best, at)
+        best, at = grown = max(grown, _grow(spec, d, needed, dst, anc, single, origin, tight(), cutoff,
+                                            min(growing, blocking_seconds), stop,
+                                            min(finish, max(blocking_seconds - growing, 0.0))), key=lambda v: v[0])
         if best < reach:
             left = blocking_seconds - (time.perf_counter() - t1)
             deep = grow_seconds is not None and left >= _DEEP
@@ -701,23 +703,21 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         spent = time.perf_counter() - t1
         order_seconds, blocking_seconds = order_seconds - spent, min(blocking_seconds, _BLOCKING) - spent
         if not best < reach:
-            return best, at, chain
-    else:
-        chain = (best, at)
+            return best, at, grown
     if near():
         ms, seconds = moments, order_seconds
     elif blocking is not None and blocking_seconds > 0:
         ms, seconds = blocking, blocking_seconds
     else:
-        return best, at, chain
+        return best, at, grown
     ms = list(ms())
     if not ms:          # the fastest schedule computed nothing a third time: no orders
-        return best, at, chain
+        return best, at, grown
     head = _reader(spec, needed, at, anc)
     known = set(at) | set(head)     # a moment (u, y, 0) restricts u only up to y, where the chain has y
     again = [m for m in tight() if _last_before(m) and m[1] in known][:_AGAIN] if tight is not None else []
     ms = list(dict.fromkeys(head + again + ms))
-    return *_orders(spec, d, needed, dst, anc, single, (best, at), ms, cutoff, seconds, stop), chain
+    return *_orders(spec, d, needed, dst, anc, single, (best, at), ms, cutoff, seconds, stop), grown
 
 
 def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
@@ -834,8 +834,8 @@ def _pair_orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, a
     proved it). `deep`: _DEEP seconds or more, on large models (`_recompute`'s `grow_seconds`), whose branch and
     bound from the root rarely betters anything at such budgets: every pair that cuts off the point at all is
     kept, the deepest first, and the orders take all the seconds (GPT-2 at 30% with a time limit of 180 s: `mm_1`
-    with `mul_9`'s last computation before it cuts the point short of the target, and in 61 s its orders raise
-    the bound 1.6829x -> 1.6927x of keep-everything's time)."""
+    with `mul_9`'s last computation before it cuts the point short of the target, and its orders raise the bound
+    1.6829x -> 1.7239x of keep-everything's time)."""
     t0 = time.perf_counter()
     point = _point(spec, d, needed, dst, anc, single, start[1], seconds / 4, stop) if seconds > 0 else None
     if point is None:
