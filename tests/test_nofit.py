@@ -3,7 +3,10 @@ solver merely found none."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
+from milp_graphs import ke_peak, one_gpu
 
 from optsched.cluster import Cluster, Device, single_accelerator
 from optsched.errors import InfeasibleError
@@ -11,6 +14,10 @@ from optsched.generate import random_training_graph
 from optsched.graph import largest_operation
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, solve
+from optsched.solvers.bounds import least_budget
+from optsched.solvers.milp_model import make_spec
+from optsched.solvers.nofit import smaller_found
+from optsched.units import format_size
 
 SEARCHING = ["chen-greedy", "articulation", "dtr", "heuristic", "metf", "lp-rounding", "milp"]
 
@@ -73,3 +80,47 @@ def test_lp_rounding_out_of_time_says_so(monkeypatch):
         solve(g, cl, "lp-rounding", SolveOptions(time_limit=7, threads=1, swap=False))
     assert not e.value.proven and "did not finish within the time limit of 7 s" in str(e.value)
     assert "--time-limit" in e.value.hint
+
+
+def _infeasible_at(g, frac: float, monkeypatch) -> tuple[InfeasibleError, list]:
+    """The MILP's error at `frac` of keep-everything's peak (one accelerator, no swapping), and the budgets its
+    search for a smaller one started from (`nofit.smaller_found`'s lo and hi)."""
+    M = importlib.import_module("optsched.solvers.milp")
+    real, seen = M.smaller_found, []
+    monkeypatch.setattr(M, "smaller_found", lambda *a: seen.append(a[3:5]) or real(*a))
+    with pytest.raises(InfeasibleError) as e:
+        solve(g, one_gpu(int(frac * ke_peak(g))), "milp", SolveOptions(swap=False, time_limit=10, threads=1))
+    return e.value, seen
+
+
+def test_where_nothing_fits_the_milp_names_a_budget_where_its_schedule_fits_below_its_candidates_closest(
+        monkeypatch):
+    # at 20% of keep-everything's peak the candidates' closest schedule holds all of it; DTR, the heuristic and
+    # lp-rounding at smaller budgets find one at about 65% (this box), and the error carries that schedule
+    g = random_training_graph(30, 2)
+    err, seen = _infeasible_at(g, 0.2, monkeypatch)
+    (lo, hi), = seen
+    assert err.proven and lo <= err.found < hi and err.least <= err.found
+    r = simulate(g, one_gpu(err.found), err.closest)
+    assert r.valid and r.peak["gpu0"] == err.found
+    assert f"smallest budget at which a schedule was found: {format_size(err.found)} ({err.found} bytes)" in str(err)
+
+
+def test_where_a_budget_is_proven_too_small_the_memory_lower_bound_is_above_it(monkeypatch):
+    # at 35% the relaxation at the moments where the closest candidate overflowed proves that nothing fits
+    # (`bounds.no_fit`) while the least budget of the single moments is 34%: the bound given is over 35%
+    g = random_training_graph(30, 1)
+    err, _ = _infeasible_at(g, 0.35, monkeypatch)
+    assert err.proven and err.least > int(0.35 * ke_peak(g))
+
+
+def test_the_search_for_a_budget_that_fits_rises_to_the_least_budget_a_try_proves():
+    # from 0 to 90% of keep-everything's peak: the first try, at 45%, proves that nothing fits below the
+    # relaxation's least budget (48%), so no try runs below that; what it finds simulates within its budget
+    g = random_training_graph(30, 2)
+    top = int(0.9 * ke_peak(g))
+    least, found, sched = smaller_found(g, one_gpu(top), SolveOptions(swap=False, threads=1), 0, top, 5.0)
+    floor = least_budget(make_spec(g, one_gpu(top)))
+    assert top // 2 < least and abs(least - floor) <= floor // 500 and least <= found < top
+    r = simulate(g, one_gpu(found), sched)
+    assert r.valid and r.peak["gpu0"] == found

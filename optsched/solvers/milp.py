@@ -203,7 +203,7 @@ from .milp_model import (
     violated_rows,
     x_from_decisions,
 )
-from .nofit import no_room, smallest_peak, unplaceable
+from .nofit import no_room, smaller_found, smallest_peak, unplaceable
 from .options import SolveOptions
 from .polish import drop_unread_copies, keep_instead_of_recompute, remade_outputs
 
@@ -494,23 +494,36 @@ def _warm_model(spec, best, base, notes, none_msg):
 
 def _infeasible(graph, cluster, options, base, why, proven=True, restricted=False, spec=None, until=None):
     """InfeasibleError with the memory lower bound (on one device without copies, `spec`'s, the budget below
-    which the recomputation relaxations have no point: `bounds.least_budget`) and the smallest peak any
-    candidate reached; `proven` False: no schedule was found in the time given, or (`restricted`) the MILP's
-    stage model has none; neither proves that there is none. Then, until `until` (perf_counter) and for at most
-    _NO_FIT seconds, the latest of the moments where the largest weight gradients' inputs are computed for the last
-    time, the final computations of those gradients, or the moments where the candidate that came closest
-    overflowed, may prove it all the same (`bounds.no_fit`): the error is then proven, and its
-    memory lower bound is raised towards the smallest peak found while the same moments prove that nothing fits."""
+    which the recomputation relaxations have no point: `bounds.least_budget`) and the smallest budget at which a
+    schedule was found (and that schedule, `closest`): the smallest peak any candidate reached, then lowered
+    towards the bound by DTR, the heuristic and lp-rounding at smaller budgets, for at most _FOUND_SHARE of the
+    time limit or _FOUND_MAX (and not past `until`: `nofit.smaller_found`). `proven` False: no schedule was found
+    in the time given, or (`restricted`) the MILP's stage model has none; neither proves that there is none.
+    Then, until `until` (perf_counter) and for at most _NO_FIT seconds, the latest of the moments where the
+    largest weight gradients' inputs are computed for the last time, the final computations of those gradients,
+    or the moments where the candidate that came closest overflowed, may prove it all the same (`bounds.no_fit`):
+    the error is then proven, and its memory lower bound is raised towards the smallest peak found while the same
+    moments prove that nothing fits. Proven on a budget every accelerator shares, the bound is above it."""
     lb = max(memory_lower_bound(graph), (least_budget(spec) or 0) if spec is not None else 0)
     peaks = [smallest_peak(cluster, [b[2].peak]) for b in base]
     smallest = min(peaks, default=None)
+    closest = base[peaks.index(smallest)][1] if base else None
     if not proven and spec is not None and until is not None and base:
-        closest = base[peaks.index(smallest)][1]
         proof = no_fit(spec, graph.arrays.ids, closest.instructions, min(until - time.perf_counter(), _NO_FIT),
                        upto=smallest)
         if proof is not None:
             why, proven, restricted = no_room(graph, proof[0], between=True, latest=proof[2]), True, False
             lb = max(lb, proof[1])
+    budgets = {d.memory for d in (cluster.accelerators or cluster.devices)}
+    now = max(budgets)
+    if proven and len(budgets) == 1:
+        lb = max(lb, now + 1)       # nothing fits this budget, on every accelerator
+    seconds = min(_FOUND_SHARE * options.time_limit, _FOUND_MAX)
+    if until is not None:
+        seconds = min(seconds, until - time.perf_counter())
+    if smallest is not None and seconds > 0:
+        least, smallest, found = smaller_found(graph, cluster, options, max(lb, now), smallest, seconds)
+        lb, closest = max(lb, least), found or closest
     budgets = ", ".join(f"{d.name} {format_size(d.memory)}" for d in cluster.devices if d.kind == "cuda")
     msg = f"budget {budgets}; {why}. Memory lower bound: {format_size(lb)} ({lb} bytes)"
     if smallest is not None:
@@ -520,9 +533,12 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
         hint = f"try lp-rounding or dtr, whose schedules need not fit the MILP's stages, or {hint}"
     elif not proven:
         hint = f"give the solver more time (--time-limit, now {options.time_limit:g} s), or {hint}"
-    raise InfeasibleError(msg, hint=hint, proven=proven, restricted=restricted, least=lb or None, found=smallest)
+    raise InfeasibleError(msg, hint=hint, proven=proven, restricted=restricted, least=lb or None, found=smallest,
+                          closest=closest)
 
 
+_FOUND_SHARE = 0.2  # of the time limit, at most, for `nofit.smaller_found` (12 s of 60: the transformer at 40% of
+_FOUND_MAX = 30.0   # its keep-everything memory, 71.4% -> 44.5%, where it took all of them), and seconds at most
 _NO_FIT = 10.0  # seconds at most for `bounds.no_fit` where no schedule was found: GNMT at 99% is proven in 0.6 s, the
                 # CNN at 65% in 0.02 s, the MLP at 75% in 0.4 s, the 8-layer MLP at 60% in 0.1 s
 

@@ -9,15 +9,24 @@ not "no schedule fits", unless one of those two holds (the second is checked at 
 gives `bounds.least_budget`). The MILP, where it finds none, also tries the relaxation over the final computations of
 the largest weight gradients and over the moments where its closest candidate overflowed, in every order and with
 the memory between them (`bounds.no_fit`).
+
+What a user needs next is a budget that fits. The peak of a solver's closest schedule at a budget too small is
+often far above it (GPT-2 at 25% of its keep-everything memory: the MILP's candidates came closest at 54.6%, where
+DTR finds a schedule at 29.96%, 0.11 points above the least budget, in half a second), so the MILP bisects for a
+smaller one with its fast candidates (`smaller_found`).
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+
 import numpy as np
 
 from ..cluster import Cluster
-from ..errors import InfeasibleError
+from ..errors import InfeasibleError, OptschedError
 from ..graph import Graph, memory_lower_bound, operation_memory
+from ..simulate import simulate
 from ..units import format_size
 from .partition import runnable_mask
 
@@ -88,3 +97,63 @@ def smallest_peak(cluster: Cluster, peaks) -> int | None:
     (on every device where the cluster has none): the smallest budget at which one of them was found."""
     names = [d.name for d in cluster.accelerators] or [d.name for d in cluster.devices]
     return min((max(pk.get(nm, 0) for nm in names) for pk in peaks), default=None)
+
+
+_FOUND_WITHIN = 0.005   # `smaller_found` stops where the budgets bracketing it are this close (relative)
+
+
+def smaller_found(graph: Graph, cluster: Cluster, options, lo: int, hi: int, seconds: float):
+    """(The least budget the tries prove, 0 where none does; the smallest budget at which DTR, the list-scheduling
+    heuristic or lp-rounding, tried in that order (the fastest first, each with half the seconds left), find a
+    schedule, `hi` where they find none below it; that schedule, or None.) They run with every accelerator's budget
+    (every device's, where the cluster has none) set between `lo` (bytes: below it nothing fits, or nothing was
+    found) and `hi` (the smallest peak found so far), by bisection, until the two are within _FOUND_WITHIN or
+    `seconds` pass (the solver running then finishes its try; Ctrl-C ends the search with what it has). A
+    schedule found moves `hi` to its `smallest_peak` (one over the budget tried too: a try's closest), a try that
+    proves nothing fits moves `lo` to the least budget its proof gives. `options`: the caller's, whose swapping
+    and recomputation flags they keep."""
+    from .heuristics import dtr, heuristic  # they report through this module
+    from .rounding import lp_rounding
+
+    until = time.perf_counter() + seconds
+    least, best = 0, None
+    names = {d.name for d in (cluster.accelerators or cluster.devices)}
+
+    def with_budget(b: int) -> Cluster:
+        return replace(cluster, devices=tuple(replace(d, memory=b) if d.name in names else d for d in cluster.devices))
+
+    try:
+        while hi - lo > _FOUND_WITHIN * hi and time.perf_counter() < until:
+            mid = (lo + hi) // 2
+            at = with_budget(mid)
+            peak = None
+            for fn in (dtr, heuristic, lp_rounding):
+                left = until - time.perf_counter()
+                if left <= 0:
+                    break
+                try:
+                    sched = fn(graph, at, replace(options, warm_start=None, progress=None, params={},
+                                                  time_limit=left / 2))
+                except InfeasibleError as e:
+                    if e.proven:        # nothing fits there, so nothing below: nor below the proof's least budget
+                        least = max(least, mid + 1, e.least or 0)
+                        lo = max(lo, least)
+                        break
+                    # its closest schedule, over `mid`, may still fit under `hi`
+                    if (e.found is not None and e.closest is not None and e.found < hi
+                            and simulate(graph, with_budget(e.found), e.closest).valid):
+                        hi, best = e.found, e.closest
+                    continue
+                except OptschedError:
+                    continue
+                r = simulate(graph, at, sched)
+                if r.valid:
+                    peak = smallest_peak(at, [r.peak])
+                    break
+            if peak is None:
+                lo = max(lo, mid)
+            elif peak < hi:
+                hi, best = peak, sched
+    except KeyboardInterrupt:
+        pass
+    return least, hi, best
