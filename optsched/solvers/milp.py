@@ -492,12 +492,14 @@ def _warm_model(spec, best, base, notes, none_msg):
     return model, x0, warm_msg
 
 
-def _infeasible(graph, cluster, options, base, why, proven=True, restricted=False, spec=None, until=None):
+def _infeasible(graph, cluster, options, base, why, proven=True, restricted=False, spec=None, until=None,
+                search: bool = True):
     """InfeasibleError with the memory lower bound (on one device without copies, `spec`'s, the budget below
     which the recomputation relaxations have no point: `bounds.least_budget`) and the smallest budget at which a
     schedule was found (and that schedule, `closest`): the smallest peak any candidate reached, then lowered
     towards the bound by DTR, the heuristic and lp-rounding at smaller budgets, for at most _FOUND_SHARE of the
-    time limit or _FOUND_MAX (and not past `until`: `nofit.smaller_found`). `proven` False: no schedule was found
+    time limit or _FOUND_MAX (and not past `until`: `nofit.smaller_found`; not at all with `search` False).
+    `proven` False: no schedule was found
     in the time given, or (`restricted`) the MILP's stage model has none; neither proves that there is none.
     Then, until `until` (perf_counter) and for at most _NO_FIT seconds, the latest of the moments where the
     largest weight gradients' inputs are computed for the last time, the final computations of those gradients,
@@ -521,7 +523,7 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
     seconds = min(_FOUND_SHARE * options.time_limit, _FOUND_MAX)
     if until is not None:
         seconds = min(seconds, until - time.perf_counter())
-    if smallest is not None and seconds > 0:
+    if search and smallest is not None and seconds > 0:
         least, smallest, found = smaller_found(graph, cluster, options, max(lb, now), smallest, seconds)
         lb, closest = max(lb, least), found or closest
     budgets = ", ".join(f"{d.name} {format_size(d.memory)}" for d in cluster.devices if d.kind == "cuda")
@@ -545,9 +547,10 @@ _NO_FIT = 10.0  # seconds at most for `bounds.no_fit` where no schedule was foun
 
 def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0, orders: bool = False,
             stop: threading.Event | None = None, seconds: float = _SECONDS, grow: bool = False,
-            start: tuple | None = None) -> dict:
+            start: tuple | None = None, search: bool = True) -> dict:
     """`bounds.lower_bounds(spec, target=target)`; InfeasibleError, proven, where they show that no schedule fits
-    (a relaxation of every schedule has no point). Where the bound falls just short of `target` and `orders` (the
+    (a relaxation of every schedule has no point; `search` False, for a caller that discards it: without
+    `_infeasible`'s search for a budget that fits). Where the bound falls just short of `target` and `orders` (the
     caller's, for models of _ORDER_FROM_NNZ nonzeros or more), the orders of the moments where the fastest
     candidate computes a value a third time (`bounds.order_moments`) may take up to _ORDER_SHARE of the `left`
     seconds (GPT-2 at 35% of its keep-everything memory: the bound 1.2973x -> 1.2980x of keep-everything's step
@@ -579,7 +582,7 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
         return b
     if fits:
         raise MilpBug(f"the lower bound says no schedule fits, yet {fits[0][1]}'s schedule does")
-    _infeasible(graph, cluster, options, base, no_room(graph, b["at"]), spec=spec)
+    _infeasible(graph, cluster, options, base, no_room(graph, b["at"]), spec=spec, search=search)
 
 
 def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, solve_time, build_time, base,
@@ -921,7 +924,7 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
         with contextlib.suppress(InfeasibleError):      # said after the candidates, as without the LP beside
             early["bounds"] = _bounds(graph, cluster, options, base, spec0, early["target"],
                                       order_time(), build_model(spec0).index.size >= _ORDER_FROM_NNZ, stop,
-                                      _BESIDE * _SECONDS)
+                                      _BESIDE * _SECONDS, search=False)
 
     spec, model, x0, warm_msg, base, build_time, notes, alt = prepare(graph, cluster, options, beside)
     if options.write_model:
@@ -1021,7 +1024,7 @@ def _bounds_again(graph, cluster, options, base, spec, bounds: dict, target: flo
         return bounds
     with contextlib.suppress(InfeasibleError):      # a schedule fits: the bounds cannot say otherwise
         again = _bounds(graph, cluster, options, base, spec, target, left, orders, stop, grow=True,
-                        start=bounds["grown"])
+                        start=bounds["grown"], search=False)
         if again["floor"] > bounds["floor"]:
             return again
     return bounds
