@@ -499,8 +499,8 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
     schedule was found (and that schedule, `closest`): the smallest peak any candidate reached, then lowered
     towards the bound by DTR, the heuristic and lp-rounding at smaller budgets, for at most _FOUND_SHARE of the
     time limit or _FOUND_MAX (and not past `until`: `nofit.smaller_found`; not at all with `search` False).
-    `proven` False: no schedule was found
-    in the time given, or (`restricted`) the MILP's stage model has none; neither proves that there is none.
+    `proven` False: no schedule was found in the time given, or (`restricted`) the MILP's stage model has none;
+    neither proves that there is none.
     Then, until `until` (perf_counter) and for at most _NO_FIT seconds, the latest of the moments where the
     largest weight gradients' inputs are computed for the last time, the final computations of those gradients,
     or the moments where the candidate that came closest overflowed, may prove it all the same (`bounds.no_fit`):
@@ -516,9 +516,9 @@ def _infeasible(graph, cluster, options, base, why, proven=True, restricted=Fals
         if proof is not None:
             why, proven, restricted = no_room(graph, proof[0], between=True, latest=proof[2]), True, False
             lb = max(lb, proof[1])
-    budgets = {d.memory for d in (cluster.accelerators or cluster.devices)}
-    now = max(budgets)
-    if proven and len(budgets) == 1:
+    sizes = {d.memory for d in (cluster.accelerators or cluster.devices)}
+    now = max(sizes)
+    if proven and len(sizes) == 1:
         lb = max(lb, now + 1)       # nothing fits this budget, on every accelerator
     seconds = min(_FOUND_SHARE * options.time_limit, _FOUND_MAX)
     if until is not None:

@@ -24,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..cluster import Cluster
-from ..errors import InfeasibleError, OptschedError
+from ..errors import InfeasibleError
 from ..graph import Graph, memory_lower_bound, operation_memory
 from ..simulate import simulate
 from ..units import format_size
@@ -113,6 +113,7 @@ def smaller_found(graph: Graph, cluster: Cluster, options, lo: int, hi: int, sec
     proves nothing fits moves `lo` to the least budget its proof gives. `options`: the caller's, whose swapping
     and recomputation flags they keep."""
     from .heuristics import dtr, heuristic  # they report through this module
+    from .milp import _candidate
     from .rounding import lp_rounding
 
     until = time.perf_counter() + seconds
@@ -126,34 +127,26 @@ def smaller_found(graph: Graph, cluster: Cluster, options, lo: int, hi: int, sec
         while hi - lo > _FOUND_WITHIN * hi and time.perf_counter() < until:
             mid = (lo + hi) // 2
             at = with_budget(mid)
-            peak = None
             for fn in (dtr, heuristic, lp_rounding):
                 left = until - time.perf_counter()
                 if left <= 0:
                     break
-                try:
-                    sched = fn(graph, at, replace(options, warm_start=None, progress=None, params={},
-                                                  time_limit=left / 2))
-                except InfeasibleError as e:
-                    if e.proven:        # nothing fits there, so nothing below: nor below the proof's least budget
-                        least = max(least, mid + 1, e.least or 0)
-                        lo = max(lo, least)
-                        break
-                    # its closest schedule, over `mid`, may still fit under `hi`
-                    if (e.found is not None and e.closest is not None and e.found < hi
-                            and simulate(graph, with_budget(e.found), e.closest).valid):
-                        hi, best = e.found, e.closest
-                    continue
-                except OptschedError:
+                try:        # its schedule, or the closest it came (over `mid`), or None
+                    sched = _candidate(graph, at, replace(options, time_limit=left), fn, 0.5, proofs=True)
+                except InfeasibleError as e:    # proven: nothing fits there, nor below the proof's least budget
+                    least = max(least, mid + 1, e.least)
+                    lo = max(lo, least)
+                    break
+                if sched is None:
                     continue
                 r = simulate(graph, at, sched)
+                peak = smallest_peak(at, [r.peak])
+                if peak < hi and (r.valid or simulate(graph, with_budget(peak), sched).valid):
+                    hi, best = peak, sched
                 if r.valid:
-                    peak = smallest_peak(at, [r.peak])
                     break
-            if peak is None:
+            else:
                 lo = max(lo, mid)
-            elif peak < hi:
-                hi, best = peak, sched
     except KeyboardInterrupt:
         pass
     return least, hi, best
