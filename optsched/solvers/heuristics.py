@@ -102,7 +102,8 @@ def _checked(graph: Graph, cluster: Cluster, name: str, options: SolveOptions, b
                                                             solve_time=time.perf_counter() - t0, extra=ex),
                             graph=graph.name)
         if errors and not made:
-            raise errors[0]
+            e = errors[0]
+            raise e if e.proven else not_found(graph, cluster, e.message, hint=e.hint)
     raise not_found(graph, cluster, f"{name} found none within the budget ({last.message})",
                     hint="another solver may: milp, lp-rounding, or allow swapping")
 

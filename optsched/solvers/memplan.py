@@ -75,7 +75,6 @@ from ..errors import InfeasibleError
 from ..graph import KINDS, Graph, attach_outputs
 from ..schedule import Compute, Copy, Free, Instruction, Sync
 from ..units import format_size
-from .nofit import not_found
 from .partition import first_readers
 
 _BACKWARD = (KINDS.index("backward"), KINDS.index("optimizer"), KINDS.index("loss"))
@@ -113,7 +112,8 @@ def plan(graph: Graph, cluster: Cluster, place, order, est=None, *, defer_chains
     """Instructions for computing `order` (node positions) with node v on device
     `place[v]`, within every device's budget; with `host_fallback` and `swap`,
     v runs on the host when its device cannot make room for it. Raises
-    InfeasibleError when it cannot make room. Other keyword arguments: `_plan`'s.
+    InfeasibleError when it cannot make room, unproven (the caller asks `nofit.not_found` for a proof, once for all
+    the plans it tries: the proof costs more than the plans). Other keyword arguments: `_plan`'s.
     `defer_chains`: drop last what would chain gradients (`chained`), or not; `deep_first`: recompute the input
     with the most to recompute first (`deepest_first`), or take the inputs in their order. None: each way in turn
     (`VARIANTS`; deep_first only where it recomputes) until one has a plan. Eviction paths differ with the order
@@ -709,11 +709,11 @@ def _plan(graph: Graph, cluster: Cluster, place, order, est=None, *, policy: str
                             prefetch_at.setdefault(max(prev, i + 1), []).append((u, d))
     except _NoRoom as e:
         d, need = e.args
-        raise not_found(
-            graph, cluster, f"{names[d]} cannot make room for {format_size(need)}: {format_size(cur[d])} held, "
+        raise InfeasibleError(
+            f"{names[d]} cannot make room for {format_size(need)}: {format_size(cur[d])} held, "
             f"budget {format_size(budget[d])}, nothing left to evict",
             hint="try the milp or lp-rounding, raise the budget, allow swapping and recomputation, or use more "
-                 "devices") from None
+                 "devices", proven=False) from None
     if not early:
         return out
     merged: list[Instruction] = []
