@@ -56,6 +56,26 @@ def test_a_solver_that_finds_none_proves_nothing():
     assert refused
 
 
+def test_the_recomputation_bound_is_asked_once_per_graph_and_budget(monkeypatch):
+    # every solver that finds none at 40% of keep-everything's peak gives the same proof (nothing fits below the
+    # least budget), from one run of the bound; another budget runs it again
+    import optsched.solvers.bounds as B
+
+    calls = []
+    real = B.least_budget
+    monkeypatch.setattr(B, "least_budget", lambda *a, **k: calls.append(1) or real(*a, **k))
+    g = random_training_graph(30, 2)
+    leasts = []
+    for frac in (0.4, 0.4, 0.39):
+        cl = one_gpu(int(frac * ke_peak(g)))
+        for solver in ("chen-greedy", "dtr", "heuristic"):
+            with pytest.raises(InfeasibleError) as e:
+                solve(g, cl, solver, SolveOptions(swap=False, time_limit=10, threads=1))
+            assert e.value.proven and e.value.least > cl.device("gpu0").memory, solver
+            leasts.append(e.value.least)
+    assert len(set(leasts[:6])) == 1 and len(calls) == 2
+
+
 def test_the_smallest_budget_found_is_the_accelerators_peak_not_the_hosts():
     # a schedule that swaps holds more on the host than on the accelerator: the host's RAM is no budget found
     from optsched.solvers.nofit import smallest_peak
