@@ -81,9 +81,9 @@ def _least_budget(graph: Graph, cluster: Cluster) -> int | None:
     from .milp_model import make_spec
 
     with _PROOFS_LOCK:
-        known = next((least for g, c, least in _PROOFS if g is graph and c == cluster), False)
-    if known is not False:
-        return known
+        for g, c, least in _PROOFS:
+            if g is graph and c == cluster:
+                return least
     least = least_budget(make_spec(graph, cluster), if_over=True)
     with _PROOFS_LOCK:
         _PROOFS.append((graph, cluster, least))
