@@ -204,18 +204,13 @@ def cmd_import(args) -> int:
 def cmd_simulate(args) -> int:
     from .formats import load_schedule
     from .schedule import Compute
-    from .simulate import describe, simulate
     from .summary import sim_summary
 
     g = _load_graph(args.graph)
     sched = load_schedule(args.schedule)
     cl = _cluster(args, g)
     _check_budget(g, cl, {x.device for x in sched.instructions if type(x) is Compute})
-    r = simulate(g, cl, sched)
-    if r.violation is not None and r.violation.code in ("unknown-node", "unknown-device", "no-link"):
-        hint = "was the schedule made for this graph and cluster?"
-        raise OptschedError(describe(r.violation), file=args.schedule, node=r.violation.node,
-                            field="instructions", hint=hint)
+    r = _simulated(g, cl, sched, args.schedule)
     s = sim_summary(r, cl)
     if args.json:
         _emit(args, s)
@@ -226,6 +221,33 @@ def cmd_simulate(args) -> int:
             print(f"  {s['violation']['message']}")
         _print_sim(s)
     return 0 if r.valid else 1
+
+
+def _simulated(graph: Graph, cluster: Cluster, sched, path: str):
+    """The schedule read from `path`, simulated; an error naming the file and the node where it is not one for this
+    graph and cluster (a node, device or link they lack), rather than a schedule that merely does not fit."""
+    from .simulate import describe, simulate
+
+    r = simulate(graph, cluster, sched)
+    if r.violation is not None and r.violation.code in ("unknown-node", "unknown-device", "no-link"):
+        raise OptschedError(describe(r.violation), file=path, node=r.violation.node, field="instructions",
+                            hint="was the schedule made for this graph and cluster?")
+    return r
+
+
+def _warm_start(graph: Graph, cluster: Cluster, path: str):
+    """The schedule `--warm-start` names, checked before the solve: one that does not fit the budget would leave
+    the MILP nothing to start from, after minutes of candidates."""
+    from .formats import load_schedule
+    from .simulate import describe
+
+    sched = load_schedule(path)
+    r = _simulated(graph, cluster, sched, path)
+    if not r.valid:
+        raise OptschedError(f"the warm start does not fit: {describe(r.violation)}", file=path,
+                            node=r.violation.node, hint="give a schedule made at this budget or a larger one "
+                            "(solve -o writes one), or solve without --warm-start")
+    return sched
 
 
 def _progress_printer(quiet: bool):
@@ -284,9 +306,12 @@ def cmd_solve(args) -> int:
         g, cl = hold_sources(g, cl, cl.accelerators[0].name)
         held -= cl.accelerators[0].memory
     solver = get_solver(args.solver)
+    if args.warm_start and args.solver != "milp" and not args.solver.startswith("pulp"):
+        raise OptschedError(f"--warm-start applies to the MILP (milp, pulp), not to {args.solver!r}")
+    warm = _warm_start(g, cl, args.warm_start) if args.warm_start else None
     opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=parse_fraction(args.gap, "--gap"),
                         threads=args.threads, device=args.device, devices=args.devices, swap=not args.no_swap,
-                        recompute=not args.no_recompute, write_model=args.write_model,
+                        recompute=not args.no_recompute, write_model=args.write_model, warm_start=warm,
                         progress=_progress_printer(args.json or not sys.stderr.isatty()),
                         params={**{k: True for k, on in (("coarsen", args.coarsen), ("instage", args.within_stage))
                                    if on}, **({"highs": _highs_options(args.highs)} if args.highs else {}),
@@ -702,6 +727,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MILP: return the model's own schedule; by default, where it recomputes and is more than "
                         "--gap above the bound, values are kept instead (room made by deferring what the model's "
                         "order computed early) and a faster schedule outside the model is returned")
+    p.add_argument("--warm-start", metavar="SCHEDULE",
+                   help="MILP: start from this schedule (one that fits the budget: -o of an earlier solve, say, to "
+                        "go on from it with more --time-limit); the result is never slower than it")
     p.add_argument("--write-model", help="MILP: also write the model as .mps or .lp")
     p.add_argument("--coarsen", action="store_true",
                    help="MILP: fold chains of cheap operations first (a smaller model, no bound for the full graph)")

@@ -226,6 +226,31 @@ def test_schedule_for_another_cluster(capsys, graph_file, tmp_path):
     assert code == 2 and "unknown device 'gpu3'" in err and "s.json" in err
 
 
+def test_solve_goes_on_from_a_warm_start_and_refuses_one_that_is_not_for_this_graph_or_budget(capsys, graph_file,
+                                                                                              tmp_path):
+    warm = tmp_path / "warm.json"
+    code, out, err = run(capsys, "solve", graph_file, "--mem", "8MB", "--solver", "dtr", "--json", "-o", warm)
+    assert code == 0, err
+    before = json.loads(out)["step_time_s"]
+    code, out, err = run(capsys, "solve", graph_file, "--mem", "8MB", "--no-swap", "--time-limit", "5",
+                         "--warm-start", warm)
+    assert code == 0, err
+    assert "user: accepted" in out
+    code, out, err = run(capsys, "solve", graph_file, "--mem", "8MB", "--no-swap", "--time-limit", "5",
+                         "--warm-start", warm, "--json")
+    s = json.loads(out)
+    assert code == 0 and s["valid"] and s["step_time_s"] <= before * (1 + 1e-9)
+    # not a MILP; a schedule of another graph; one over this budget: each a plain error before any solve
+    code, _, err = run(capsys, "solve", graph_file, "--mem", "8MB", "--solver", "dtr", "--warm-start", warm)
+    assert code == 2 and "--warm-start applies to the MILP" in err
+    other = write(tmp_path, "other.json", {"format": "optsched-schedule", "version": 1,
+                                           "instructions": [["compute", "conv9", "gpu0"]]})
+    code, _, err = run(capsys, "solve", graph_file, "--mem", "8MB", "--warm-start", other)
+    assert code == 2 and "other.json" in err and "conv9" in err and "made for this graph" in err
+    code, _, err = run(capsys, "solve", graph_file, "--mem", "5MB", "--warm-start", warm)
+    assert code == 2 and "warm.json" in err and "the warm start does not fit" in err and "5.00 MB" in err, err
+
+
 def test_bad_cluster_file(capsys, graph_file, tmp_path):
     cl = write(tmp_path, "c.json", {"format": "optsched-cluster", "version": 1,
                                     "devices": [{"name": "gpu0", "kind": "tpu", "memory": "16GB"}]})

@@ -833,6 +833,39 @@ def test_unusable_warm_start_is_explained():
     assert r.valid and r.makespan <= h.report.objective * (1 + 1e-9)
 
 
+def test_a_warm_start_that_fits_is_a_candidate_to_fall_back_on_and_one_that_does_not_is_not():
+    # where the stage model cannot take a warm start, the result is still no slower than it: it joins the
+    # candidates that the MILP returns when its own schedule is slower. On the 16-layer chain at 8 MB (one device,
+    # recompute only) the MILP's optimum beats every candidate (lp-rounding's by 1.7%)
+    g = generate.chain_graph(16)
+    cl = single_accelerator(8_000_000)
+    opts = SolveOptions(time_limit=20, threads=1, swap=False, params={"host_compute": False})
+    good = solve(g, cl, "milp", opts)
+    fast = simulate(g, cl, good).makespan
+    base = prepare(g, cl, opts)[4]
+    assert all(r.makespan > fast for _, _, r in base if r.valid)
+    base = prepare(g, cl, replace(opts, warm_start=good))[4]
+    given = [r for nm, _, r in base if nm == "the warm start"]
+    assert len(given) == 1 and given[0].valid and given[0].makespan == fast
+    tight = single_accelerator(6_000_000)        # over this budget: staged and refused, no candidate
+    assert not simulate(g, tight, good).valid
+    base = prepare(g, tight, replace(opts, warm_start=good))[4]
+    assert base and "the warm start" not in [nm for nm, _, _ in base]
+
+
+def test_a_solver_point_over_a_budget_once_rounded_is_not_emitted():
+    # HiGHS's point from DTR's schedule on the 16-layer chain at 8 MB (the host in the model): columns within its
+    # integrality tolerance of 1 count a little less of their bytes than the rounded point holds, 4 B over the
+    # budget, which the simulator refused (MilpBug); now that point is set aside, and the result is no slower than
+    # the warm start
+    g = generate.chain_graph(16)
+    cl = single_accelerator(8_000_000)
+    warm = solve(g, cl, "dtr", swap=False)
+    s = solve(g, cl, "milp", SolveOptions(time_limit=5, swap=False, warm_start=warm))
+    r = simulate(g, cl, s)
+    assert r.valid and r.makespan <= simulate(g, cl, warm).makespan * (1 + 1e-9)
+
+
 def test_an_abandoned_highs_run_does_not_abort_the_process_at_exit(tmp_path):
     # a HiGHS solve still running in its worker thread when Python finalises aborts the process ("terminate
     # called without an active exception", exit 134); an abandoned run is waited for at exit instead

@@ -433,6 +433,12 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions, beside=None):
         return specs[key]
 
     base = _candidates(graph, cluster, options, beside)
+    if options.warm_start is not None:
+        # a candidate too, where it fits: the model may not stage it (a window too wide, its order overflowing the
+        # whole-stage count), and the result is then still no slower than it
+        given = simulate(graph, cluster, options.warm_start)
+        if given.valid:
+            base.append(("the warm start", options.warm_start, given))
     too_big = _unplaceable(graph, spec_of(None, p.get("window")))
     if too_big:
         _infeasible(graph, cluster, options, base, too_big)
@@ -602,6 +608,16 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
     why = f"not a warm start: {why}" if why else ""
     if notes:
         extra["warm_start_rejected"] = list(notes)
+
+    if x is not None:
+        # the solver's tolerances: a column within 1e-6 of 1 counts 1e-6 less of its bytes in a memory row than the
+        # point rounded to integers holds (the 16-layer chain at 8 MB, DTR's schedule its warm start: 4 B over)
+        mem = stage_memory(spec, decisions_from_x(model, x))
+        over = float(np.where(spec.mem_row[:, None], mem - spec.budget[:, None], 0.0).max())
+        if over > 0:
+            solve_notes = (*solve_notes, f"the solver's point, rounded, holds {format_size(over)} over a budget "
+                                         "(within its tolerances): not used")
+            x = None
 
     def msg(head):
         return "; ".join(m for m in (head, *solve_notes, why) if m)
