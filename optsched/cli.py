@@ -357,7 +357,8 @@ def cmd_solve(args) -> int:
                    "objective_s": rep.objective if rep else None, "bound_s": rep.bound if rep else None,
                    "bound_from": _bound_from(rep), "gap": rep.gap if rep else None,
                    "solve_time_s": rep.solve_time if rep else None, "wall_time_s": wall,
-                   "message": rep.message if rep else ""}
+                   "message": rep.message if rep else "",
+                   "warm_start": (rep.extra or {}).get("warm_start") if rep else None}
     s["keep_everything_step_time_s"] = base
     s["left_out"] = left_out
     s["overhead"] = None if not base else s["step_time_s"] / base - 1
