@@ -609,14 +609,16 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
     if notes:
         extra["warm_start_rejected"] = list(notes)
 
+    found = f"the MILP found none ({status})"
     if x is not None:
         # the solver's tolerances: a column within 1e-6 of 1 counts 1e-6 less of its bytes in a memory row than the
         # point rounded to integers holds (the 16-layer chain at 8 MB, DTR's schedule its warm start: 4 B over)
         mem = stage_memory(spec, decisions_from_x(model, x))
         over = float(np.where(spec.mem_row[:, None], mem - spec.budget[:, None], 0.0).max())
         if over > 0:
-            solve_notes = (*solve_notes, f"the solver's point, rounded, holds {format_size(over)} over a budget "
-                                         "(within its tolerances): not used")
+            found = (f"the solver's point, rounded, holds {format_size(over)} over a budget (within its "
+                     "tolerances): not used")
+            solve_notes = (*solve_notes, found)
             x = None
 
     def msg(head):
@@ -628,7 +630,7 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
             _infeasible(graph, cluster, options, base, "the MILP's stage model has no solution", proven=False,
                         restricted=True, spec=spec, until=deadline)
         if best_base is None:
-            _infeasible(graph, cluster, options, base, f"the MILP found none ({status}) and no baseline fits",
+            _infeasible(graph, cluster, options, base, f"{found} and no baseline fits",
                         proven=False, spec=spec, until=deadline)
         name, sched, res = best_base
         polished = _polished(graph, cluster, options, sched, res, floor, status, deadline)
