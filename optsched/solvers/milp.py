@@ -39,7 +39,10 @@ to several devices and links; all sets index-pruned, see `milp_model.py`):
   start, so each stream finishes its stage within tau[t] after the barrier:
   the simulated makespan equals the sum of stage maxima, i.e. the objective
   of the integer point (never more), and each device's simulated memory never
-  exceeds the stage's modelled sum.
+  exceeds the stage's modelled sum. A solver's point is rounded first, and set
+  aside where the rounding holds more than a budget (columns within the
+  solver's integrality tolerance of 1 count a little less of their bytes in its
+  rows): the best candidate is returned instead.
 - Special cases: `--devices 1 --no-swap` on a one-accelerator cluster without
   host computation is Checkmate's problem in this coarser memory model; with
   recompute off and swap on it is a POET-like swap-only problem (whose
@@ -115,7 +118,8 @@ accelerator, m-ETF on several accelerators, the rounding of this model's LP
 relaxation and of the lower
 bound's plans (`rounding.py`, given at most 35% of the time limit, three
 quarters when nothing else fits), keep-everything on the host where nothing fits the accelerators and the
-host can run every operation, or only `options.warm_start` when given) is staged over its own
+host can run every operation; or only `options.warm_start` when given, which also
+joins the candidates to fall back on where it fits) is staged over its own
 first-computation order (`milp_model.decisions_from_schedule`: copies, several
 devices, recomputations; the window K widens up to 8 when cross-device copies
 delay first computations), checked against the model's whole-stage memory
