@@ -306,7 +306,8 @@ def cmd_solve(args) -> int:
         g, cl = hold_sources(g, cl, cl.accelerators[0].name)
         held -= cl.accelerators[0].memory
     solver = get_solver(args.solver)
-    if args.warm_start and args.solver != "milp" and not args.solver.startswith("pulp"):
+    milp_solver = args.solver == "milp" or args.solver.startswith("pulp")
+    if args.warm_start and not milp_solver:
         raise OptschedError(f"--warm-start applies to the MILP (milp, pulp), not to {args.solver!r}")
     warm = _warm_start(g, cl, args.warm_start) if args.warm_start else None
     opts = SolveOptions(time_limit=parse_time(args.time_limit, "--time-limit"), gap=parse_fraction(args.gap, "--gap"),
@@ -322,10 +323,10 @@ def cmd_solve(args) -> int:
         raise OptschedError(f"--cuts must be 0 (off) or a depth of inputs, 1 or more, not {args.cuts}")
     if args.cuts and args.solver != "milp":
         raise OptschedError(f"--cuts applies to the milp solver (HiGHS), not to {args.solver!r}")
-    if args.no_host_compute and args.solver != "milp" and not args.solver.startswith("pulp"):
+    if args.no_host_compute and not milp_solver:
         raise OptschedError(f"--no-host-compute applies to the MILP (milp, pulp), not to {args.solver!r}",
                             hint="the single-device solvers run on one accelerator already (--device)")
-    if args.no_polish and args.solver != "milp" and not args.solver.startswith("pulp"):
+    if args.no_polish and not milp_solver:
         raise OptschedError(f"--no-polish applies to the MILP (milp, pulp), not to {args.solver!r}")
     if args.highs and args.solver != "milp":
         raise OptschedError(f"--highs sets options of the milp solver (HiGHS), not of {args.solver!r}")

@@ -614,21 +614,22 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
         extra["warm_start_rejected"] = list(notes)
 
     found = f"the MILP found none ({status})"
-    if x is not None:
+    dec = None if x is None else decisions_from_x(model, x)
+    if dec is not None:
         # the solver's tolerances: a column within 1e-6 of 1 counts 1e-6 less of its bytes in a memory row than the
         # point rounded to integers holds (the 16-layer chain at 8 MB, DTR's schedule its warm start: 4 B over)
-        mem = stage_memory(spec, decisions_from_x(model, x))
+        mem = stage_memory(spec, dec)
         over = float(np.where(spec.mem_row[:, None], mem - spec.budget[:, None], 0.0).max())
         if over > 0:
             found = (f"the solver's point, rounded, holds {format_size(over)} over a budget (within its "
                      "tolerances): not used")
             solve_notes = (*solve_notes, found)
-            x = None
+            dec = None
 
     def msg(head):
         return "; ".join(m for m in (head, *solve_notes, why) if m)
 
-    if x is None:
+    if dec is None:
         if status == "infeasible" and best_base is None:
             # the stage model restricts the schedules (module docstring): its infeasibility proves nothing
             _infeasible(graph, cluster, options, base, "the MILP's stage model has no solution", proven=False,
@@ -649,7 +650,6 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
                                                         gap=_gap(res.makespan, bound), solve_time=solve_time,
                                                         message=msg(f"MILP gave no schedule; returning {name}"),
                                                         extra=extra), graph=graph.name)
-    dec = decisions_from_x(model, x)
     obj = dec.objective(spec)
     sched = Schedule(tuple(emit(graph, spec, dec)), graph=graph.name)
     res = simulate(graph, cluster, sched)
