@@ -2,24 +2,35 @@
 when the budget is unbounded (and with it the recomputations that only served it), drops a first computation
 freed unread in its last round, and keeps within the budget;
 where keeping overflows, it makes room by deferring a computation past the overflow or dropping a cheaper value.
-Copies nothing reads where they land go, and the solvers return none."""
+Copies nothing reads where they land go, and the solvers return none. Computations moved to another device
+(`offload`) never make a schedule invalid or slower."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, example, given, settings
+import pytest
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
-from milp_graphs import ke_peak, one_gpu
+from milp_graphs import gpu_host, ke_peak, one_gpu, small_dag, two_gpus
 from strategies import seeded_training_graphs
 
 from optsched.cluster import single_accelerator
 from optsched.errors import InfeasibleError
+from optsched.formats import example_graph_path, import_graph
 from optsched.generate import chain_graph, random_training_graph
 from optsched.graph import Graph, Node, check_graph
 from optsched.schedule import Compute, Copy, Free, Schedule
 from optsched.simulate import simulate
 from optsched.solvers import SolveOptions, chen_sqrt, keep_everything, solve
-from optsched.solvers.milp_model import spec_for
-from optsched.solvers.polish import _keep, _tighten, drop_unread_copies, keep_instead_of_recompute, remade_outputs
+from optsched.solvers.bounds import lower_bounds
+from optsched.solvers.milp_model import make_spec, spec_for
+from optsched.solvers.polish import (
+    _keep,
+    _tighten,
+    drop_unread_copies,
+    keep_instead_of_recompute,
+    offload,
+    remade_outputs,
+)
 
 
 def test_unbounded_budget_removes_every_recomputation():
@@ -354,3 +365,44 @@ def test_the_milp_stages_a_schedule_whose_other_output_a_later_run_of_its_maker_
     runs = decisions.R[0][:, [index["p"], index["o"]]]
     assert runs[:, 1].sum() == 1 and runs[:, 0].sum() == 2
     assert runs[:, 0].nonzero()[0][-1] == runs[:, 1].nonzero()[0][0]    # o with p's last run, in its stage
+
+
+def test_offload_runs_a_weight_gradient_on_the_idle_host_beside_the_gpus_backward():
+    # example:tiny at 1.1 MB: keep-everything computes all on the GPU in 85 us; the host takes g_w2 (its inputs
+    # copied over as they are made), and the step is the longest dependency chain, 77 us, which no schedule beats
+    g = import_graph(example_graph_path("tiny"))
+    cl = single_accelerator(1_100_000)
+    s = keep_everything(g, cl)
+    out, r = offload(g, cl, s, ("gpu0", "host"))
+    again = simulate(g, cl, out)
+    assert again.valid and again.makespan == r.makespan
+    assert r.makespan == pytest.approx(lower_bounds(make_spec(g, cl))["chain"])
+    assert r.makespan < simulate(g, cl, s).makespan * 0.95
+    assert [i for i in out.instructions if isinstance(i, Compute) and i.device == "host"] == [Compute("g_w2", "host")]
+    # one device to compute on: nothing to move, the schedule comes back as it was
+    same, r1 = offload(g, cl, s, ("gpu0",))
+    assert same is s and r1.makespan == simulate(g, cl, s).makespan
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(3, 12), seed=st.integers(0, 10**6), frac=st.floats(0.4, 1.0), hosted=st.booleans(),
+       solver=st.sampled_from(["keep-everything", "dtr", "heuristic", "metf", "lp-rounding"]))
+def test_offload_never_invalid_never_slower(n, seed, frac, hosted, solver):
+    # random DAGs on a GPU and the host, or on two GPUs, with costs that make moving worth a try: each schedule,
+    # offloaded, stays valid and no slower, and another pass over the result finds nothing more
+    g = small_dag(n, seed)
+    cl = (gpu_host if hosted else two_gpus)(max(1, int(ke_peak(g) * frac)), bandwidth=1e4)
+    try:
+        s = solve(g, cl, solver, SolveOptions(time_limit=5))
+    except InfeasibleError:
+        return
+    before = simulate(g, cl, s)
+    if not before.valid:
+        return
+    devices = tuple(d.name for d in cl.devices)
+    out, r = offload(g, cl, s, devices)
+    again = simulate(g, cl, out)
+    assert again.valid, again.violation
+    assert again.makespan == r.makespan <= before.makespan
+    assert offload(g, cl, out, devices)[1].makespan == r.makespan
+    event("faster" if r.makespan < before.makespan else "as fast")

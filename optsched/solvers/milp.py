@@ -144,7 +144,12 @@ bound is then the lower bounds, `extra["milp_objective"]` the model's value);
 so is the fallback candidate where the model gives no schedule (GPT-2 at 30%,
 before the model let a norm's statistics come with its recomputation: DTR's,
 4.96x -> 1.81x keep-everything's step time), with half of the seconds the
-model leaves, the bounds taking the other half, aimed at it (`_fallback`). The solver stops
+model leaves, the bounds taking the other half, aimed at it (`_fallback`).
+Where several devices compute, `polish.offload` then moves computations
+between them: a stage lasts as long as its slowest device, so the model
+cannot let one device work through several of another's stages (the tiny
+example at 1.1 MB: the host takes a weight gradient off the GPU's critical
+path, 85 us -> 77 us, the longest chain). The solver stops
 `_POLISH_SHARE` of the time limit early (at most `_POLISH_MAX`) to leave it the
 time.
 
@@ -209,7 +214,7 @@ from .milp_model import (
 )
 from .nofit import no_room, smaller_found, smallest_peak, unplaceable
 from .options import SolveOptions
-from .polish import drop_unread_copies, keep_instead_of_recompute, remade_outputs
+from .polish import drop_unread_copies, keep_instead_of_recompute, offload, remade_outputs
 
 
 class MilpBug(RuntimeError):
@@ -717,25 +722,44 @@ _POLISH_MAX = 10.0      # seconds at most (a pass over the 3-layer GPT-2's sched
 
 def _polish_time(options: SolveOptions) -> float:
     """Seconds the solver leaves for `_polished`."""
-    if not (options.recompute and options.params.get("polish", True)):
+    if not options.params.get("polish", True):
         return 0.0
     return min(_POLISH_SHARE * options.time_limit, _POLISH_MAX)
 
 
 def _polished(graph, cluster, options, sched, res, floor, status, deadline):
-    """(schedule, simulation) of `polish.keep_instead_of_recompute` over the MILP's schedule (or the candidate it
-    falls back on) when it is faster, else None. The stage model fixes the order of first computations and counts
-    memory stage by stage, so where its schedule recomputes and stays more than the gap above the bound every
-    schedule obeys, keeping a value and deferring what the order computed too early often fits (the transformer at
-    45% of its keep-everything memory: 1.247x -> 1.232x keep-everything's step time, the bound 1.209x). DTR's,
-    which recomputes on demand, gains most: GPT-2 at 30%, where it fitted alone before the heuristic planned in the
-    graph's order, 4.96x -> 1.81x. Not
-    after Ctrl-C, nor with params {"polish": False}."""
-    if (deadline is None or not _polish_time(options) or status == "interrupted" or not res.recomputed
+    """(schedule, simulation) of the polish passes over the MILP's schedule (or the candidate it falls back on)
+    when that is faster, else None. The stage model fixes the order of first computations and counts memory stage
+    by stage, so where its schedule recomputes and stays more than the gap above the bound every schedule obeys,
+    keeping a value and deferring what the order computed too early often fits (`polish.keep_instead_of_recompute`;
+    the transformer at 45% of its keep-everything memory: 1.247x -> 1.232x keep-everything's step time, the bound
+    1.209x). DTR's, which recomputes on demand, gains most: GPT-2 at 30%, where it fitted alone before the
+    heuristic planned in the graph's order, 4.96x -> 1.81x. Each stage takes as long as its slowest device, so
+    where several devices compute, one may take an operation off another's critical path across stages
+    (`polish.offload`: `example:tiny` at 1.1 MB, 85 us -> 77 us, the longest chain). Not after Ctrl-C, nor with
+    params {"polish": False}."""
+    if (deadline is None or not _polish_time(options) or status == "interrupted"
             or (_gap(res.makespan, floor) or 0.0) <= options.gap):
         return None
-    out, r = keep_instead_of_recompute(graph, cluster, sched, deadline=deadline)
+    out, r = sched, res
+    if res.recomputed:
+        out, r = keep_instead_of_recompute(graph, cluster, sched, deadline=deadline)
+        if not r.valid:
+            out, r = sched, res
+    devices = _compute_devices(cluster, options)
+    if len(devices) > 1:
+        out, r = offload(graph, cluster, out, devices, deadline=deadline)
     return (replace(out, graph=graph.name), r) if r.valid and r.makespan < res.makespan * (1 - 1e-12) else None
+
+
+def _compute_devices(cluster: Cluster, options: SolveOptions) -> tuple[str, ...]:
+    """The devices the model lets compute: the accelerators (the first `options.devices`) and the host where it
+    may compute (`_host`); only the one device `options.device` names, where it names one."""
+    if options.device is not None:
+        return (options.device,)
+    accel = [d.name for d in cluster.devices if d.kind == "cuda"][:options.devices]
+    host = _host(cluster, options)
+    return tuple(accel + ([host] if host is not None else []))
 
 
 def _floor(graph: Graph, spec: ModelSpec, extra: dict, bounds=None) -> float:

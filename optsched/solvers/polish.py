@@ -45,6 +45,9 @@ reader and made again later, a swap-out of a value never needed back): each cost
 and, on a GPU, host time in the replay, for nothing. The memory planner leaves them where it swaps a value out and
 later recomputes it instead, or prefetches ahead of a reader it then moves (the GPU-sized transformer at 70%, one
 H100-like accelerator: 3 of the heuristic's 19 copies, and 0.86 ms of its predicted step).
+
+`offload` moves computations between devices where the step gets faster: a model that counts time stage by stage
+leaves a device idle that could take work off another's critical path.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..graph import Graph
-from ..schedule import Compute, Copy, Free, Schedule
+from ..schedule import Compute, Copy, Free, Schedule, Sync
 from ..simulate import SimResult, simulate
 
 _MOVES = 40     # values moved out of the way, at most, to make room for one kept value
@@ -504,3 +507,104 @@ def drop_unread_copies(graph: Graph, cluster: Cluster, schedule: Schedule,
             dropped, best = trial, r
     return (Schedule(tuple(without(dropped)), schedule.report, schedule.graph) if dropped else schedule), best
 
+
+
+def _offloaded(graph: Graph, ins: list, i: int, e: str, res: dict) -> list | None:
+    """`ins` with its computation at i run on device e instead of d, or None where that cannot be written: each
+    input not resident on e then is copied d -> e right after it was made on d (so the copy overlaps the work in
+    between) and freed on e after the computation; the output is copied back e -> d right after it, and freed on
+    e, where d reads it (or copies it on) before the instance is freed there, else it stays on e (a required
+    result nobody reads: it exists at the end all the same) and the free on d goes. `res`: device -> `_Residency`
+    of `ins`."""
+    x = ins[i]
+    d, v = x.device, x.node
+    a = graph.arrays
+    after: dict[int, list] = {}
+    copied = []
+    for u in dict.fromkeys(a.inputs[a.index[v]]):
+        if res[e].span_at(u, i) is not None:
+            continue
+        made = res[d].span_at(u, i)
+        if made is None:
+            return None
+        after.setdefault(made[0], []).append(Copy(u, d, e))
+        copied.append(u)
+    here = [Compute(v, e)]
+    span = res[d].span_at(v, i + 1)
+    end = span[1] if span is not None and span[0] == i else i
+    back = res[d].read_between(v, i + 1, end) if end > i else False
+    if back:
+        here += [Copy(v, e, d), Free(v, e)]
+    here += [Free(u, e) for u in copied]
+    out = []
+    for k, y in enumerate(ins):
+        if k == i:
+            out += here
+            continue
+        if k == end and not back and type(y) is Free:
+            continue        # v never reaches d now
+        out.append(y)
+        out += after.get(k, ())
+    return out
+
+
+def offload(graph: Graph, cluster: Cluster, schedule: Schedule, devices: tuple[str, ...],
+            deadline: float | None = None) -> tuple[Schedule, SimResult]:
+    """The schedule with computations moved between `devices` where the step gets faster, and its simulation.
+    A model that counts time stage by stage (the MILP's: every stage takes as long as its slowest device) cannot
+    let one device work through several stages of another's, so it leaves a device idle that could take an
+    operation off the critical path: `example:tiny` at 1.1 MB, one GPU and the host, where the host computes a
+    weight gradient beside the GPU's backward pass, 85 us -> 77 us, the longest dependency chain, so optimal.
+    Each move (`_offloaded`) is tried in the simulator and kept only when the schedule stays valid and gets
+    faster, so the result is never worse than the input; the computations that take longest go first, and a pass
+    repeats until none helps or `deadline` (time.perf_counter()) passes."""
+    a = graph.arrays
+    best = simulate(graph, cluster, schedule)
+    if not best.valid or len(devices) < 2:
+        return schedule, best
+    kinds = {dv.name: dv for dv in cluster.devices}
+    ins = list(schedule.instructions)
+    start = best
+
+    def seconds(v: str, dev: str) -> float:
+        c = a.cost.get(kinds[dev].kind)
+        t = np.nan if c is None else float(c[a.index[v]]) / kinds[dev].speed
+        return t if np.isfinite(t) else np.inf
+
+    def movable(x) -> bool:
+        k = a.index.get(x.node) if type(x) is Compute and x.device in devices else None
+        return k is not None and a.in_ptr[k + 1] > a.in_ptr[k] and a.output_of[k] < 0 and not (a.output_of == k).any()
+
+    def first_gain(ins: list, best: SimResult):
+        """The first move that makes `ins` faster, longest computations first: (instructions, simulation), or
+        None (also once `deadline` passes)."""
+        res = {dev: _Residency(graph, ins, dev) for dev in devices}
+        for i in sorted((i for i, x in enumerate(ins) if movable(x)), key=lambda i: -seconds(ins[i].node,
+                                                                                            ins[i].device)):
+            d = ins[i].device
+            for e in devices:
+                if e == d or seconds(ins[i].node, e) == np.inf or not (cluster.link(d, e) and cluster.link(e, d)):
+                    continue
+                if deadline is not None and time.perf_counter() > deadline:
+                    return None
+                trial = _offloaded(graph, ins, i, e, res)
+                r = None if trial is None else simulate(graph, cluster, Schedule(tuple(trial)))
+                if r is not None and r.valid and r.makespan < best.makespan * (1 - 1e-12):
+                    return trial, r
+        return None
+
+    while True:
+        # a model's stage barriers hold every device at the end of each stage: they go where the schedule stays
+        # valid without them (no slower: a barrier only waits), tried again after each move
+        free_running = [x for x in ins if type(x) is not Sync]
+        if len(free_running) < len(ins):
+            r = simulate(graph, cluster, Schedule(tuple(free_running)))
+            if r.valid and r.makespan <= best.makespan:
+                ins, best = free_running, r
+        move = first_gain(ins, best)
+        if move is None:
+            break
+        ins, best = move
+    if best.makespan >= start.makespan * (1 - 1e-12):
+        return schedule, start
+    return Schedule(tuple(ins), schedule.report, schedule.graph), best
