@@ -556,8 +556,8 @@ def offload(graph: Graph, cluster: Cluster, schedule: Schedule, devices: tuple[s
     operation off the critical path: `example:tiny` at 1.1 MB, one GPU and the host, where the host computes a
     weight gradient beside the GPU's backward pass, 85 us -> 77 us, the longest dependency chain, so optimal.
     Each move (`_offloaded`) is tried in the simulator and kept only when the schedule stays valid and gets
-    faster, so the result is never worse than the input; the computations that take longest go first, and a pass
-    repeats until none helps or `deadline` (time.perf_counter()) passes."""
+    faster, so the result is never worse than the input. A pass tries each computation once, longest first, and
+    passes repeat until one moves nothing or `deadline` (time.perf_counter()) passes."""
     a = graph.arrays
     best = simulate(graph, cluster, schedule)
     if not best.valid or len(devices) < 2:
@@ -575,36 +575,45 @@ def offload(graph: Graph, cluster: Cluster, schedule: Schedule, devices: tuple[s
         k = a.index.get(x.node) if type(x) is Compute and x.device in devices else None
         return k is not None and a.in_ptr[k + 1] > a.in_ptr[k] and a.output_of[k] < 0 and not (a.output_of == k).any()
 
-    def first_gain(ins: list, best: SimResult):
-        """The first move that makes `ins` faster, longest computations first: (instructions, simulation), or
-        None (also once `deadline` passes)."""
-        res = {dev: _Residency(graph, ins, dev) for dev in devices}
-        for i in sorted((i for i, x in enumerate(ins) if movable(x)), key=lambda i: -seconds(ins[i].node,
-                                                                                            ins[i].device)):
-            d = ins[i].device
-            for e in devices:
-                if e == d or seconds(ins[i].node, e) == np.inf or not (cluster.link(d, e) and cluster.link(e, d)):
-                    continue
-                if deadline is not None and time.perf_counter() > deadline:
-                    return None
-                trial = _offloaded(graph, ins, i, e, res)
-                r = None if trial is None else simulate(graph, cluster, Schedule(tuple(trial)))
-                if r is not None and r.valid and r.makespan < best.makespan * (1 - 1e-12):
-                    return trial, r
-        return None
+    def tries(ins: list) -> dict:
+        """(node, device, its k-th computation there) -> position, of each movable computation, longest first."""
+        seen: dict = {}
+        out = {}
+        for i, x in enumerate(ins):
+            if movable(x):
+                k = seen[x.node, x.device] = seen.get((x.node, x.device), -1) + 1
+                out[x.node, x.device, k] = i
+        return dict(sorted(out.items(), key=lambda m: -seconds(m[0][0], m[0][1])))
 
-    while True:
+    def late() -> bool:
+        return deadline is not None and time.perf_counter() > deadline
+
+    changed = True
+    while changed and not late():
+        changed = False
         # a model's stage barriers hold every device at the end of each stage: they go where the schedule stays
-        # valid without them (no slower: a barrier only waits), tried again after each move
+        # valid without them (no slower: a barrier only waits), tried again after each pass that moved something
         free_running = [x for x in ins if type(x) is not Sync]
         if len(free_running) < len(ins):
             r = simulate(graph, cluster, Schedule(tuple(free_running)))
             if r.valid and r.makespan <= best.makespan:
                 ins, best = free_running, r
-        move = first_gain(ins, best)
-        if move is None:
-            break
-        ins, best = move
+        res = {dev: _Residency(graph, ins, dev) for dev in devices}
+        at = tries(ins)
+        for (v, d, k) in list(at):
+            i = at.get((v, d, k))
+            for e in devices:
+                if i is None or late():
+                    break
+                if e == d or seconds(v, e) == np.inf or not (cluster.link(d, e) and cluster.link(e, d)):
+                    continue
+                trial = _offloaded(graph, ins, i, e, res)
+                r = None if trial is None else simulate(graph, cluster, Schedule(tuple(trial)))
+                if r is not None and r.valid and r.makespan < best.makespan * (1 - 1e-12):
+                    ins, best, changed = trial, r, True
+                    res = {dev: _Residency(graph, ins, dev) for dev in devices}
+                    at = tries(ins)
+                    break
     if best.makespan >= start.makespan * (1 - 1e-12):
         return schedule, start
     return Schedule(tuple(ins), schedule.report, schedule.graph), best
