@@ -508,7 +508,6 @@ def drop_unread_copies(graph: Graph, cluster: Cluster, schedule: Schedule,
     return (Schedule(tuple(without(dropped)), schedule.report, schedule.graph) if dropped else schedule), best
 
 
-
 def _offloaded(graph: Graph, ins: list, i: int, e: str, res: dict) -> list | None:
     """`ins` with its computation at i run on device e instead of d, or None where that cannot be written: each
     input not resident on e then is copied d -> e right after it was made on d (so the copy overlaps the work in
@@ -571,9 +570,13 @@ def offload(graph: Graph, cluster: Cluster, schedule: Schedule, devices: tuple[s
         t = np.nan if c is None else float(c[a.index[v]]) / kinds[dev].speed
         return t if np.isfinite(t) else np.inf
 
+    makers = set(a.output_of[a.output_of >= 0].tolist())
+
     def movable(x) -> bool:
+        """A computation on one of `devices` with inputs (not a load) that neither makes nor is an op's other
+        output (held from its maker's run, wherever that is)."""
         k = a.index.get(x.node) if type(x) is Compute and x.device in devices else None
-        return k is not None and a.in_ptr[k + 1] > a.in_ptr[k] and a.output_of[k] < 0 and not (a.output_of == k).any()
+        return k is not None and a.in_ptr[k + 1] > a.in_ptr[k] and a.output_of[k] < 0 and k not in makers
 
     def tries(ins: list) -> dict:
         """(node, device, its k-th computation there) -> position, of each movable computation, longest first."""
