@@ -643,7 +643,7 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
             _infeasible(graph, cluster, options, base, f"{found} and no baseline fits",
                         proven=False, spec=spec, until=deadline)
         name, sched, res = best_base
-        polished = _polished(graph, cluster, options, sched, res, floor, status, deadline)
+        polished = _polished(graph, cluster, options, spec, sched, res, floor, status, deadline)
         if polished is not None:
             sched, res = polished
             name = name if name.endswith(", polished") else f"{name}, polished"
@@ -666,7 +666,7 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
         bound = min(bound, obj)
     head = ""
     try:
-        polished = _polished(graph, cluster, options, sched, res, floor, status, deadline)
+        polished = _polished(graph, cluster, options, spec, sched, res, floor, status, deadline)
     except KeyboardInterrupt:       # Ctrl-C while polishing: the solver's schedule stands
         polished, status = None, "interrupted"
     if polished is not None:
@@ -728,7 +728,7 @@ def _polish_time(options: SolveOptions) -> float:
     return min(_POLISH_SHARE * options.time_limit, _POLISH_MAX)
 
 
-def _polished(graph, cluster, options, sched, res, floor, status, deadline):
+def _polished(graph, cluster, options, spec, sched, res, floor, status, deadline):
     """(schedule, simulation) of the polish passes over the MILP's schedule (or the candidate it falls back on)
     when that is faster, else None. The stage model fixes the order of first computations and counts memory stage
     by stage, so where its schedule recomputes and stays more than the gap above the bound every schedule obeys,
@@ -737,8 +737,8 @@ def _polished(graph, cluster, options, sched, res, floor, status, deadline):
     1.209x). DTR's, which recomputes on demand, gains most: GPT-2 at 30%, where it fitted alone before the
     heuristic planned in the graph's order, 4.96x -> 1.81x. Each stage takes as long as its slowest device, so
     where several devices compute, one may take an operation off another's critical path across stages
-    (`polish.offload`: `example:tiny` at 1.1 MB, 85 us -> 77 us, the longest chain). Not after Ctrl-C, nor with
-    params {"polish": False}."""
+    (`polish.offload`, over the devices `spec` lets compute: `example:tiny` at 1.1 MB, 85 us -> 77 us, the longest
+    chain). Not after Ctrl-C, nor with params {"polish": False}."""
     if (deadline is None or not _polish_time(options) or status == "interrupted"
             or (_gap(res.makespan, floor) or 0.0) <= options.gap):
         return None
@@ -747,23 +747,13 @@ def _polished(graph, cluster, options, sched, res, floor, status, deadline):
         out, r = keep_instead_of_recompute(graph, cluster, sched, deadline=deadline)
         if not r.valid:
             out, r = sched, res
-    devices = _compute_devices(cluster, options)
+    devices = tuple(name for name, row in zip(spec.dev_names, spec.ccost, strict=True) if np.isfinite(row).any())
     if len(devices) > 1:
         # stopped a tenth of the polish's seconds early, for the checks of its result that follow (BERT-L3 on 2
         # GPUs and the host at 90% of its keep-everything memory, offloading until the deadline: the benchmark's
         # row of its 120 s solve, with its own simulation of the schedule, took 120.02 s)
         out, r = offload(graph, cluster, out, devices, deadline=deadline - _OFFLOAD_TAIL * _polish_time(options))
     return (replace(out, graph=graph.name), r) if r.valid and r.makespan < res.makespan * (1 - 1e-12) else None
-
-
-def _compute_devices(cluster: Cluster, options: SolveOptions) -> tuple[str, ...]:
-    """The devices the model lets compute: the accelerators (the first `options.devices`) and the host where it
-    may compute (`_host`); only the one device `options.device` names, where it names one."""
-    if options.device is not None:
-        return (options.device,)
-    accel = [d.name for d in cluster.devices if d.kind == "cuda"][:options.devices]
-    host = _host(cluster, options)
-    return tuple(accel + ([host] if host is not None else []))
 
 
 def _floor(graph: Graph, spec: ModelSpec, extra: dict, bounds=None) -> float:
@@ -1052,7 +1042,7 @@ def _fallback(graph, cluster, options, base: list, spec, bounds: dict, until: fl
         return base, bounds
     name, sched, res = min(valid, key=lambda b: b[2].makespan)
     try:
-        polished = _polished(graph, cluster, options, sched, res, bounds["floor"], "",
+        polished = _polished(graph, cluster, options, spec, sched, res, bounds["floor"], "",
                              time.perf_counter() + (until - time.perf_counter()) / 2)
     except KeyboardInterrupt:       # Ctrl-C: the candidate stands, as in the final polish
         stop.set()

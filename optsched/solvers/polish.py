@@ -561,13 +561,11 @@ def offload(graph: Graph, cluster: Cluster, schedule: Schedule, devices: tuple[s
     best = simulate(graph, cluster, schedule)
     if not best.valid or len(devices) < 2:
         return schedule, best
-    kinds = {dv.name: dv for dv in cluster.devices}
     ins = list(schedule.instructions)
     start = best
 
-    def seconds(v: str, dev: str) -> float:
-        c = a.cost.get(kinds[dev].kind)
-        t = np.nan if c is None else float(c[a.index[v]]) / kinds[dev].speed
+    def seconds(v: str, dev: str) -> float:      # inf where dev cannot run v
+        t = _seconds(graph, cluster, (v,), dev) if cluster.device(dev).kind in a.cost else np.inf
         return t if np.isfinite(t) else np.inf
 
     makers = set(a.output_of[a.output_of >= 0].tolist())
