@@ -673,6 +673,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     origin = (best, at) if start is None or start[0] <= best else start     # where the chain grows from
     if origin is start:
         best, at = start        # its call tried the coupled bound already, and kept the larger
+        _ancestors(spec, anc, at)   # its moments need not be among this call's candidates
     elif best > 0 and (reach is None or best < reach):
         coupled = _through_best(spec, d, needed, dst, anc, single)
         if coupled is not None:
