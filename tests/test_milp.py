@@ -772,6 +772,29 @@ def test_pulp_solver_failure_is_a_plain_error(monkeypatch):
 
 # ------------------------------------------------------------------ Ctrl-C, time limit, heuristic warm start
 
+def test_progress_counts_from_the_start_and_shows_the_bound_that_holds_for_every_schedule():
+    # one device, recompute only: the lower bounds prove the warm start within the gap, and HiGHS never runs.
+    # The lines still come (the candidates, then the bound), their clock from the call's start, and the last is
+    # what the report says
+    g = generate.random_training_graph(20, 4)
+    seen = []
+    t0 = time.perf_counter()
+    s = solve(g, one_gpu(int(0.7 * ke_peak(g))), "milp", time_limit=20, swap=False, progress=seen.append)
+    wall = time.perf_counter() - t0
+    rep = s.report
+    assert rep.status == "optimal" and "no branch and bound" in rep.message
+    assert len(seen) >= 2 and seen[0]["bound"] is None and seen[0]["incumbent"] is not None
+    assert all(set(p) == {"incumbent", "bound", "gap", "elapsed"} for p in seen)
+    assert all(type(v) is float for p in seen for v in p.values() if v is not None)
+    times = [p["elapsed"] for p in seen]
+    assert times == sorted(times) and 0 < times[-1] <= wall
+    incs = [p["incumbent"] for p in seen]
+    assert incs == sorted(incs, reverse=True)
+    last = seen[-1]
+    assert last["incumbent"] == pytest.approx(rep.objective) and last["bound"] == pytest.approx(rep.bound)
+    assert last["gap"] == pytest.approx(rep.gap) and last["gap"] <= 0.01
+
+
 def _interrupt_case():
     g = generate.random_training_graph(12, 3)
     return g, single_accelerator(int(0.6 * ke_peak(g)), gpus=2)

@@ -22,7 +22,7 @@ class SolveOptions:
     recompute: bool = True            # may drop and recompute activations
     warm_start: Schedule | None = None   # a feasible schedule to start from (MILP: its incumbent)
     write_model: str | None = None       # MILP: also write the model to this .mps or .lp file
-    progress: Callable[[dict], None] | None = None   # called with {incumbent, bound, gap, elapsed}
+    progress: Callable[[dict], None] | None = None   # called with {incumbent, bound, gap, elapsed} (s from the call)
     verbose: bool = False
     params: Mapping = field(default_factory=dict)    # solver-specific knobs, e.g. {"segments": 8}
 
