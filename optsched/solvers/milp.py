@@ -675,7 +675,7 @@ def finish(graph, cluster, options, solver_name, spec, model, x, status, bound, 
         extra.update(milp_objective=obj, polished=True)
         status, bound = _outside_model(status, bound, res.makespan, extra, floor)
         head = (f"the MILP's schedule ({obj:.6g} s in its stage model) polished outside that model: "
-                f"{res.makespan:.6g} s, {res.recomputed} recomputations")
+                f"{res.makespan:.6g} s ({100 * (1 - res.makespan / obj):.3g}% faster), {res.recomputed} recomputations")
         obj = res.makespan
     lean, res = drop_unread_copies(graph, cluster, sched, res) if options.params.get("drop_unread", True) \
         else (sched, res)      # no slower: the objective stays an upper bound
