@@ -985,28 +985,63 @@ def test_a_device_idle_across_stages_takes_work_off_the_critical_path_outside_th
     assert not any(isinstance(i, Compute) and i.device == "host" for i in kept.instructions)
 
 
-def test_ctrl_c_while_polishing_returns_the_solvers_schedule(monkeypatch):
-    # six nodes on one GPU, where the model's optimum (18 s) is polished to 16 s outside it: a Ctrl-C during the
-    # polish returns the model's schedule, marked interrupted; one while DTR's candidate is polished leaves it as is
-    g = small_dag(6, 2)
-    lb = memory_lower_bound(g)
-    ke = ke_peak(g)
-    cl = one_gpu(lb + int(0.8 * (ke - lb)))
-    opts = SolveOptions(time_limit=30, gap=0.0, warm_start=B.keep_everything(g, cl), params={"instage": False})
-    assert solve(g, cl, "milp", opts).report.extra.get("polished")
-
+def _ctrl_c_at_polish(monkeypatch, which: int) -> list:
+    """Ctrl-C at the `which`-th call (from 1) of the MILP's keep-instead-of-recompute polish, the calls before it
+    finding nothing to keep; the schedules it was given, in order."""
+    M = importlib.import_module("optsched.solvers.milp")
     calls = []
 
-    def interrupted(*args, **kwargs):
-        calls.append(args[2])
-        raise KeyboardInterrupt
+    def interrupted(graph, cluster, schedule, **kwargs):
+        calls.append(schedule)
+        if len(calls) == which:
+            raise KeyboardInterrupt
+        return schedule, simulate(graph, cluster, schedule)
 
-    monkeypatch.setattr(importlib.import_module("optsched.solvers.milp"), "keep_instead_of_recompute", interrupted)
+    monkeypatch.setattr(M, "keep_instead_of_recompute", interrupted)
+    return calls
+
+
+def _polished_six():
+    """Six nodes on one GPU, where the model's optimum (18 s) is polished to 16 s outside it; the heuristic's
+    candidate in the graph's order, the fastest, is polished among the candidates first."""
+    g = small_dag(6, 2)
+    lb = memory_lower_bound(g)
+    cl = one_gpu(lb + int(0.8 * (ke_peak(g) - lb)))
+    opts = SolveOptions(time_limit=30, gap=0.0, warm_start=B.keep_everything(g, cl), params={"instage": False})
+    return g, cl, opts
+
+
+def test_ctrl_c_while_polishing_returns_the_solvers_schedule(monkeypatch):
+    # a Ctrl-C during the final polish returns the model's schedule, marked interrupted (the candidates' polish
+    # found nothing)
+    g, cl, opts = _polished_six()
+    assert solve(g, cl, "milp", opts).report.extra.get("polished")
+    calls = _ctrl_c_at_polish(monkeypatch, 2)
     s = solve(g, cl, "milp", opts)
     assert s.report.status == "interrupted" and "polished" not in s.report.extra
-    # DTR's schedule, the fastest candidate, was being polished too: that Ctrl-C left it as it was
-    assert len(calls) == 2 and dict(s.report.extra).get("fallback") is None
+    assert len(calls) == 2 and calls[0].report.solver == "heuristic" and dict(s.report.extra).get("fallback") is None
     assert s.report.objective == pytest.approx(18.0) and simulate(g, cl, s).valid
+
+
+@pytest.mark.parametrize("solver", ["milp", "pulp"])
+def test_ctrl_c_while_the_candidates_are_made_returns_the_fastest_so_far(monkeypatch, solver):
+    # a Ctrl-C while the fastest candidate is polished (GPT-2 at 30%: 10 s of the first 13) stops the solve there: the
+    # fastest candidate comes back, marked interrupted, with no model built or solved (it went on to the time
+    # limit, the candidate unpolished)
+    g, cl, opts = _polished_six()
+    M = importlib.import_module("optsched.solvers.milp")
+    built = []
+    monkeypatch.setattr(M, "build_model", lambda *a, **k: built.append(1))
+    calls = _ctrl_c_at_polish(monkeypatch, 1)
+    s = solve(g, cl, solver, opts)
+    r = s.report
+    assert len(calls) == 1 and calls[0].report.solver == "heuristic" and not built
+    assert r.status == "interrupted" and r.bound is None and "candidates" in r.message
+    assert s.instructions == calls[0].instructions and r.extra["fallback"] == "heuristic"
+    # the only one that fits of those made before it: keep-everything (the warm start) holds too much, and the
+    # graph has no backward pass for the others
+    assert r.objective == simulate(g, cl, s).makespan == pytest.approx(18.0)
+    assert not simulate(g, cl, opts.warm_start).valid
 
 
 def test_no_within_stage_follow_up_where_the_whole_stage_optimum_is_within_the_gap_of_the_bound():

@@ -223,7 +223,7 @@ class MilpBug(RuntimeError):
 
 # ----------------------------------------------------------------------------- shared driver
 
-def _candidates(graph, cluster, options, beside=None):
+def _candidates(graph, cluster, options, beside=None, stop: threading.Event | None = None, found=None):
     """Valid schedules to warm-start from and fall back on: the baselines, then
     the heuristic (and m-ETF where there are several accelerators), which often
     beat the baselines by using the host and other devices, DTR on one accelerator
@@ -239,32 +239,49 @@ def _candidates(graph, cluster, options, beside=None):
     DTR's 4.96x, polishes to 1.7916x in 10 s, DTR's to 1.8051x in 15 s). Not the
     heuristic's in ParDNN's order: where it led (the 3-layer GPT-2 at 25%), its polish
     took 21 s that the rounding needed, and the MILP ended at 1.7047x instead of 1.5478x.
-    `beside(candidates so far)`: work for the core the LP leaves idle (`_roundings`)."""
+    `beside(candidates so far)`: work for the core the LP leaves idle (`_roundings`). `stop`: a Ctrl-C sets it
+    and ends the candidates there (without it, the KeyboardInterrupt goes on up); so does `stop` set by
+    `found(step time)`, called with each candidate that fits as it comes (the progress lines)."""
+    out: list = []
+    try:
+        _make_candidates(graph, cluster, options, beside, out, found, stop)
+    except KeyboardInterrupt:       # Ctrl-C: the candidates so far, and the solve stops with the fastest
+        if stop is None:
+            raise
+        stop.set()
+    return out
+
+
+def _make_candidates(graph, cluster, options, beside, out: list, found=None, stop=None) -> None:
+    """`_candidates`' work, each candidate appended to `out` as it comes."""
     from . import baselines as B
     from . import heuristics as H
+
+    def add(name, s, r) -> bool:        # whether to go on
+        out.append((name, s, r))
+        if found is not None and r.valid:
+            found(r.makespan)
+        return stop is None or not stop.is_set()
 
     fns = [getattr(B, nm) for nm in ("keep_everything", "chen_sqrt", "chen_greedy", "articulation") if hasattr(B, nm)]
     fns += [H.heuristic, H.dtr]
     if sum(d.kind == "cuda" for d in cluster.devices) > 1 and options.devices != 1:
         fns.append(H.metf)
-    out = []
     for fn in fns:
         try:
             s = _candidate(graph, cluster, options, fn, proofs=True)
         except InfeasibleError:     # proven that nothing fits: the others would prove it again (seconds each)
-            return out
-        if s is not None:
-            out.append((fn.__name__.replace("_", "-"), s, simulate(graph, cluster, s)))
+            return
+        if s is not None and not add(fn.__name__.replace("_", "-"), s, simulate(graph, cluster, s)):
+            return
     fastest = min((c for c in out if c[2].valid), key=lambda c: c[2].makespan, default=None)
     on_demand = fastest is not None and (fastest[0] == "dtr" or fastest[1].report.extra.get("order") == "graph")
     if on_demand and fastest[2].recomputed and options.params.get("polish", True):
-        try:
-            s, r = keep_instead_of_recompute(graph, cluster, fastest[1], deadline=time.perf_counter()
-                                             + _ON_DEMAND_POLISH_SHARE * options.time_limit)
-        except KeyboardInterrupt:   # Ctrl-C while polishing it: the schedule itself stands, as the solver's does
-            s, r = fastest[1], fastest[2]
-        if r.valid and r.makespan < fastest[2].makespan:
-            out.append((f"{fastest[0]}, polished", replace(s, graph=graph.name), r))
+        s, r = keep_instead_of_recompute(graph, cluster, fastest[1], deadline=time.perf_counter()
+                                         + _ON_DEMAND_POLISH_SHARE * options.time_limit)
+        if r.valid and r.makespan < fastest[2].makespan and not add(f"{fastest[0]}, polished",
+                                                                    replace(s, graph=graph.name), r):
+            return
     # the LP rounding costs an LP solve: only where it may start the MILP and the others leave room to gain
     if options.recompute and options.warm_start is None and options.params.get("warm", True):
         best = min((r.makespan for _, _, r in out if r.valid), default=np.inf)
@@ -280,7 +297,6 @@ def _candidates(graph, cluster, options, beside=None):
         s = _candidate(graph, cluster, replace(options, device=host), B.keep_everything)
         if s is not None:
             out.append(("keep-everything on the host", s, simulate(graph, cluster, s)))
-    return out
 
 
 def _roundings(graph, cluster, options, share, base, beside=None) -> list:
@@ -423,11 +439,34 @@ def _unplaceable(graph: Graph, spec: ModelSpec) -> str:
     return unplaceable(graph, spec.dev_names, spec.runs, spec.budget)
 
 
-def prepare(graph: Graph, cluster: Cluster, options: SolveOptions, beside=None):
+class _Stopped(Exception):
+    """Ctrl-C while the candidates were made: `base`, those made so far."""
+
+    def __init__(self, base: list):
+        super().__init__("interrupted")
+        self.base = base
+
+
+def _interrupted(graph: Graph, solver_name: str, base: list, t_start: float) -> Schedule:
+    """The fastest candidate made before a Ctrl-C, marked `interrupted`; KeyboardInterrupt where none fits."""
+    valid = [b for b in base if b[2].valid]
+    if not valid:
+        raise KeyboardInterrupt
+    name, sched, res = min(valid, key=lambda b: b[2].makespan)
+    return Schedule(sched.instructions, SolveReport(
+        solver_name, "interrupted", objective=res.makespan, solve_time=time.perf_counter() - t_start,
+        message=f"interrupted while the candidates were made: returning {name}",
+        extra={"fallback": name, "makespan": res.makespan, "peak": res.peak}), graph=graph.name)
+
+
+def prepare(graph: Graph, cluster: Cluster, options: SolveOptions, beside=None, stop: threading.Event | None = None,
+            found=None):
     """Spec, model, warm start (x or None), its message, the candidate schedules, build time,
     notes on candidates that could not start the MILP, and `alt`: when the chosen model has gap
     stages, (model, x0, message) of the model without them (over the best candidate that fits it,
-    or the graph's order, cold), else None. `beside`: see `_candidates`.
+    or the graph's order, cold), else None. `beside`, `found`: see `_candidates`. `stop` set during the
+    candidates (a Ctrl-C, or the progress callback's KeyboardInterrupt): `_Stopped` with them, the models not
+    built.
 
     Every candidate is staged over its own first-computation order; the one with the
     smallest staged objective fixes the model's order and becomes the incumbent."""
@@ -441,13 +480,9 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions, beside=None):
             specs[key] = spec_for(graph, cluster, options, order=order, window=window, gaps=gaps)
         return specs[key]
 
-    base = _candidates(graph, cluster, options, beside)
-    if options.warm_start is not None:
-        # a candidate too, where it fits: the model may not stage it (a window too wide, its order overflowing the
-        # whole-stage count), and the result is then still no slower than it
-        given = simulate(graph, cluster, options.warm_start)
-        if given.valid:
-            base.append(("the warm start", options.warm_start, given))
+    base = _candidates(graph, cluster, options, beside, stop, found) + _given(graph, cluster, options)
+    if stop is not None and stop.is_set():
+        raise _Stopped(base)
     too_big = _unplaceable(graph, spec_of(None, p.get("window")))
     if too_big:
         _infeasible(graph, cluster, options, base, too_big)
@@ -479,6 +514,15 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions, beside=None):
         alt = _warm_model(alt_spec, plain, base, [], "none (no candidate fits without gap stages)")
     build_time = time.perf_counter() - t0
     return spec, model, x0, warm_msg, base, build_time, notes, alt
+
+
+def _given(graph: Graph, cluster: Cluster, options: SolveOptions) -> list:
+    """The warm start as a candidate too, where it fits: the model may not stage it (a window too wide, its order
+    overflowing the whole-stage count), and the result is then still no slower than it."""
+    if options.warm_start is None:
+        return []
+    given = simulate(graph, cluster, options.warm_start)
+    return [("the warm start", options.warm_start, given)] if given.valid else []
 
 
 def _gap_stages(spec: ModelSpec) -> int:
@@ -785,7 +829,10 @@ def coarsened(graph: Graph, cluster: Cluster, options: SolveOptions, solver) -> 
     from .coarsen import coarsen, expand
 
     t0 = time.perf_counter()
-    base = [b for b in _candidates(graph, cluster, options) if b[2].valid]
+    stop = threading.Event()
+    base = [b for b in _candidates(graph, cluster, options, None, stop) if b[2].valid]
+    if stop.is_set():
+        return _interrupted(graph, "milp", base, t0)
     spec = spec_for(graph, cluster, options)
     too_big = _unplaceable(graph, spec)
     if too_big:     # proven on the full graph, before anything is folded
@@ -969,7 +1016,11 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
                                       _BESIDE * _SECONDS, search=False)
             _tell(options, stop, floor=early["bounds"]["floor"])
 
-    spec, model, x0, warm_msg, base, build_time, notes, alt = prepare(graph, cluster, options, beside)
+    try:
+        spec, model, x0, warm_msg, base, build_time, notes, alt = prepare(
+            graph, cluster, options, beside, stop, lambda t: _tell(options, stop, incumbent=t))
+    except _Stopped as e:
+        return _interrupted(graph, "milp", e.base, t_start)
     _tell(options, stop, incumbent=min((r.makespan for _, _, r in base if r.valid), default=None),
           floor=early["bounds"]["floor"] if early.get("bounds") else None)
     if options.write_model:
@@ -1527,7 +1578,11 @@ def _pulp(graph, cluster, options, solver_name):
 
     t_start = time.perf_counter()
     solver = _pulp_solver_named(solver_name, options)       # before the work: a missing solver is said at once
-    spec, model, x0, warm_msg, base, build_time, notes, _ = prepare(graph, cluster, options)
+    try:
+        spec, model, x0, warm_msg, base, build_time, notes, _ = prepare(graph, cluster, options,
+                                                                        stop=threading.Event())
+    except _Stopped as e:
+        return _interrupted(graph, f"pulp:{solver_name}", e.base, t_start)
     if options.write_model:
         write_model(model, options.write_model)
     bounds = _bounds(graph, cluster, options, base, spec)
