@@ -288,7 +288,7 @@ def _make_candidates(graph, cluster, options, beside, out: list, found=None, sto
         once = _one_device_time(graph, cluster, options)
         if best > (1 + _ROOM) * once:
             share = _ROUNDING_SHARE if best <= _POOR * once else _ALONE_SHARE
-            out += _roundings(graph, cluster, options, share, out, beside, stop)
+            out += _roundings(graph, cluster, options, share, out, beside)
     host = _host(cluster, options)
     if host is not None and not any(r.valid for _, _, r in out):
         # nothing fits the accelerators: every operation on the host, where it can run them all, is a schedule
@@ -299,14 +299,11 @@ def _make_candidates(graph, cluster, options, beside, out: list, found=None, sto
             out.append(("keep-everything on the host", s, simulate(graph, cluster, s)))
 
 
-def _roundings(graph, cluster, options, share, base, beside=None, stop: threading.Event | None = None) -> list:
+def _roundings(graph, cluster, options, share, base, beside=None) -> list:
     """lp-rounding's schedules as candidates. With `beside` and a core to spare, its LP's roundings run in a worker
     thread while this one rounds the lower bound's plans (`params["lp"]` False), then calls `beside(base and
     those)`: the LP keeps one core for tens of seconds on large graphs (the 3-layer GPT-2 at 30% of its
-    keep-everything memory: 21 s of lp-rounding's 33), time the MILP's bounds use instead. A Ctrl-C sets `stop`,
-    which stops that LP and its roundings at once, not a polish under way (the 3-layer GPT-2 at 25%, a Ctrl-C at
-    4 s of 60: the solve returned at 29.6 s, when the worker was done; now at 4.1 s, and at 37.7 s for one at
-    32 s, in the worker's polish)."""
+    keep-everything memory: 21 s of lp-rounding's 33), time the MILP's bounds use instead."""
     from concurrent.futures import ThreadPoolExecutor
 
     from . import rounding
@@ -315,20 +312,14 @@ def _roundings(graph, cluster, options, share, base, beside=None, stop: threadin
         return [] if s is None else [(name, s, simulate(graph, cluster, s))]
 
     stageable = {"remake": False}      # its polish keeps an op's other outputs where the stage model counts them
-    lp_rounding = rounding.lp_rounding if stop is None else functools.partial(rounding.lp_rounding, stop=stop)
     if beside is None or (os.cpu_count() or 1) < 2:
-        return named("lp-rounding", _candidate(graph, cluster, options, lp_rounding, share, stageable))
+        return named("lp-rounding", _candidate(graph, cluster, options, rounding.lp_rounding, share, stageable))
     with ThreadPoolExecutor(1) as pool:
-        lp = pool.submit(_candidate, graph, cluster, options, lp_rounding, share, {**stageable, "seeds": 0})
-        try:
-            plans = named("lp-rounding of the bound's plans",
-                          _candidate(graph, cluster, options, lp_rounding, share, {**stageable, "lp": False}))
-            beside(base + plans)
-            return named("lp-rounding", lp.result()) + plans
-        except KeyboardInterrupt:       # before the pool waits for the worker: its LP stops too
-            if stop is not None:
-                stop.set()
-            raise
+        lp = pool.submit(_candidate, graph, cluster, options, rounding.lp_rounding, share, {**stageable, "seeds": 0})
+        plans = named("lp-rounding of the bound's plans",
+                      _candidate(graph, cluster, options, rounding.lp_rounding, share, {**stageable, "lp": False}))
+        beside(base + plans)
+        return named("lp-rounding", lp.result()) + plans
 
 
 def _host(cluster, options) -> str | None:

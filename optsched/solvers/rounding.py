@@ -42,14 +42,12 @@ sets it false, as its stage model counts them from the op's first run). The repo
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from dataclasses import replace
 
 import numpy as np
 
 from ..cluster import Cluster
-from ..errors import OptschedError
 from ..graph import Graph
 from ..schedule import Compute, Free, Schedule, SolveReport
 from ..simulate import SimResult, simulate
@@ -79,7 +77,7 @@ class _Relaxation:
     scaled by changing the memory rows' right-hand side only: dual simplex restarts from the last basis, about
     3x faster than a fresh solve (gpt2, 236 nodes: 1.0-1.2 s against 3.2-4.0 s)."""
 
-    def __init__(self, spec: ModelSpec, threads: int | None, stop: threading.Event | None = None):
+    def __init__(self, spec: ModelSpec, threads: int | None):
         from .milp import highs_model
 
         self.model = build_model(spec)
@@ -87,13 +85,6 @@ class _Relaxation:
         self.timed_out = False
         if threads:
             self.h.setOptionValue("threads", int(threads))
-        if stop is not None:        # stopped at HiGHS's next check once `stop` is set (a Ctrl-C in the MILP)
-            def poll(e):
-                if stop.is_set():
-                    e.interrupt()
-
-            for cb in (self.h.cbSimplexInterrupt, self.h.cbIpmInterrupt):
-                cb.subscribe(poll)
         first = [r for r, kind in self.model.row_kind if kind.startswith("memory@")]
         # rows in units of the budget; none where the budget holds every byte (any rounding fits there)
         self.rows = np.arange(first[0], first[0] + spec.T, dtype=np.int32) if first else None
@@ -259,10 +250,7 @@ def _drop_until(keep: np.ndarray, reads: np.ndarray, u: int, t: int, until: int,
     return k
 
 
-def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions(),
-                stop: threading.Event | None = None) -> Schedule:
-    """(See the module docstring.) `stop` set (the MILP's Ctrl-C, which runs this in a worker thread): the LP
-    stops at HiGHS's next check and no more roundings are tried; OptschedError."""
+def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
     t0 = time.perf_counter()
     deadline = t0 + options.time_limit
     p = options.params
@@ -278,9 +266,7 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     polish = p.get("polish", True)
     best = _POLISHED if polish else 1
     found, tried, lp = (_lp_roundings(graph, cluster, spec, dev.name, thresholds, scales, options.threads,
-                                      lp_deadline, deadline, best, stop) if p.get("lp", True) else ([], 0, None))
-    if stop is not None and stop.is_set():
-        raise OptschedError("lp-rounding was stopped")
+                                      lp_deadline, deadline, best) if p.get("lp", True) else ([], 0, None))
     if seeds:
         seeded, n = _seeded(graph, cluster, spec, dev.name, seeds, deadline, found[0][1].makespan if found else np.inf)
         found += seeded
@@ -320,16 +306,15 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
 
 
 def _lp_roundings(graph: Graph, cluster: Cluster, spec: ModelSpec, device: str, thresholds, scales, threads,
-                  lp_deadline: float, deadline: float, best: int,
-                  stop: threading.Event | None = None) -> tuple[list, int, _Relaxation]:
+                  lp_deadline: float, deadline: float, best: int) -> tuple[list, int, _Relaxation]:
     """(`lp_rounding`'s found entries, how many keep-sets were tried, the relaxation): the `best` fastest roundings
-    of the LP over `spec` at the first budget scale where one fits or can be repaired; until `stop` is set."""
+    of the LP over `spec` at the first budget scale where one fits or can be repaired."""
     found, tried = [], 0
-    lp = _Relaxation(spec, threads, stop)
+    lp = _Relaxation(spec, threads)
     infeasible_at = 0.0
     for scale in scales:
         left = deadline - time.perf_counter()
-        if left <= 0 or (stop is not None and stop.is_set()):
+        if left <= 0:
             break
         if scale <= infeasible_at:
             continue                   # a smaller budget than an infeasible one
@@ -346,8 +331,6 @@ def _lp_roundings(graph: Graph, cluster: Cluster, spec: ModelSpec, device: str, 
             keeps.setdefault((keep.tobytes(), lazy), (theta, keep, lazy))
         # repaired overflows often beat the roundings that fit (bert at 40%: 1.58x keep-everything against 1.62x)
         for k, (theta, keep, lazy) in enumerate(keeps.values()):
-            if stop is not None and stop.is_set():
-                break
             tried += 1
             share = (until - time.perf_counter()) / (len(keeps) - k + 1)
             fixed = repair(graph, cluster, spec, keep, device, time.perf_counter() + share, lazy)
