@@ -1021,8 +1021,8 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
             graph, cluster, options, beside, stop, lambda t: _tell(options, stop, incumbent=t))
     except _Stopped as e:
         return _interrupted(graph, "milp", e.base, t_start)
-    _tell(options, stop, incumbent=min((r.makespan for _, _, r in base if r.valid), default=None),
-          floor=early["bounds"]["floor"] if early.get("bounds") else None)
+    # the candidates not told yet: the roundings, the warm start (the bounds beside told theirs)
+    _tell(options, stop, incumbent=min((r.makespan for _, _, r in base if r.valid), default=None))
     if options.write_model:
         write_model(model, options.write_model)
     known = [float(m.cost @ x) for m, x in ((model, x0), alt[:2] if alt else (None, None)) if x is not None]
@@ -1386,18 +1386,14 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
             h.setOptionValue("threads", int(options.threads))
         _set_options(h, options, warm=x0 is not None)
     t0 = time.perf_counter()
-    state = {"last": 0.0, "inc": None, "bound": None, "found": False}
+    state = {"found": False}
     gave_up = threading.Event()
 
     def report(e):
         out = e.data_out
         inc = out.mip_primal_bound / TIME_SCALE if abs(out.mip_primal_bound) < 1e30 else None
         bd = out.mip_dual_bound / TIME_SCALE if abs(out.mip_dual_bound) < 1e30 else None
-        now = time.perf_counter() - t0
-        if (inc, bd) == (state["inc"], state["bound"]) and now - state["last"] < 1.0:
-            return
-        state.update(last=now, inc=inc, bound=bd)
-        _tell(options, stop, incumbent=inc, bound=bd, floor=floor)
+        _tell(options, stop, incumbent=inc, bound=bd, floor=floor)     # `_merged` drops the repeated lines
 
     halt = threading.Event()     # this run only: abandoned after overrunning (stop: the user's Ctrl-C, every run)
 
