@@ -63,11 +63,14 @@ def _whole(graph: Graph, mem: str) -> int | None:
     return keep_everything_peak(graph) if "%" in mem else None
 
 
-def _check_budget(graph: Graph, cluster: Cluster, devices: set[str]) -> None:
-    """A budget below the largest operation on it is a user mistake, not a result."""
-    node, need = largest_operation(graph)
+def _check_budget(graph: Graph, cluster: Cluster, runs: dict) -> None:
+    """A budget below the largest operation a device must run is a user mistake, not a result. `runs`: device name
+    -> the operations it runs (a schedule's; the others may run elsewhere, as on the host), or None: any of them."""
     for d in cluster.devices:
-        if d.name in devices and d.memory < need:
+        if d.name not in runs:
+            continue
+        node, need = largest_operation(graph, runs[d.name])
+        if d.memory < need:
             raise OptschedError(f"the budget of {d.name} ({format_size(d.memory)}) is below the memory lower bound "
                                 f"of {format_size(need)}: operation {node!r} needs its inputs, output and workspace "
                                 "at once", field="--mem", hint=f"give at least {format_size(need)}")
@@ -209,7 +212,11 @@ def cmd_simulate(args) -> int:
     g = _load_graph(args.graph)
     sched = load_schedule(args.schedule)
     cl = _cluster(args, g)
-    _check_budget(g, cl, {x.device for x in sched.instructions if type(x) is Compute})
+    runs: dict = {}
+    for x in sched.instructions:
+        if type(x) is Compute:
+            runs.setdefault(x.device, set()).add(x.node)
+    _check_budget(g, cl, runs)
     r = _simulated(g, cl, sched, args.schedule)
     s = sim_summary(r, cl)
     if args.json:
@@ -341,9 +348,9 @@ def cmd_solve(args) -> int:
 
         model_path(args.write_model)
     if args.solver in ("keep-everything", "chen-sqrt") or args.device:
-        _check_budget(g, cl, {pick_device(g, cl, args.device).name})
+        _check_budget(g, cl, {pick_device(g, cl, args.device).name: None})
     else:
-        _check_budget(g, cl, {max(cl.devices, key=lambda d: d.memory).name})
+        _check_budget(g, cl, {max(cl.devices, key=lambda d: d.memory).name: None})
     t0 = time.perf_counter()
     sched = solver(g, cl, opts)
     wall = time.perf_counter() - t0

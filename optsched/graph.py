@@ -17,7 +17,7 @@ the solvers.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -280,14 +280,18 @@ def operation_memory(graph: Graph) -> np.ndarray:
     return inputs.astype(np.int64) + a.bytes + a.workspace
 
 
-def largest_operation(graph: Graph) -> tuple[str, int]:
+def largest_operation(graph: Graph, among: Iterable[str] | None = None) -> tuple[str, int]:
     """The operation needing the most memory while it runs (see
-    `operation_memory`) and that amount."""
-    if len(graph.arrays.ids) == 0:
+    `operation_memory`) and that amount; of the ids `among` (those not in
+    the graph left out) where given."""
+    index = graph.arrays.index
+    idx = np.arange(len(graph.arrays.ids)) if among is None else \
+        np.array(sorted({index[v] for v in among if v in index}), dtype=np.int64)
+    if idx.size == 0:
         return "", 0
-    need = operation_memory(graph)
-    i = int(need.argmax())
-    return graph.arrays.ids[i], int(need[i])
+    need = operation_memory(graph)[idx]
+    i = int(idx[need.argmax()])
+    return graph.arrays.ids[i], int(need.max())
 
 
 def memory_lower_bound(graph: Graph) -> int:

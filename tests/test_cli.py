@@ -158,6 +158,20 @@ def test_simulate_reports_over_budget(capsys, graph_file, tmp_path):
     assert code == 1 and "INVALID" in out and "over its budget" in out
 
 
+def test_simulate_checks_a_budget_against_the_operations_the_schedule_runs_on_that_device(capsys, tmp_path):
+    # gnmt at 25%: its largest operation needs more than the accelerator holds, and the heuristic runs it on the
+    # host; the flags that solved it simulate it (it was refused: the check took every operation for the GPU's)
+    out_file = tmp_path / "s.json"
+    code, _, err = run(capsys, "solve", "example:gnmt", "--mem", "25%", "--solver", "heuristic", "-o", out_file)
+    assert code == 0, err
+    code, out, err = run(capsys, "simulate", "example:gnmt", out_file, "--mem", "25%", "--json")
+    assert code == 0 and json.loads(out)["valid"], err
+    # a schedule that runs it on the accelerator is still refused there, before simulating, and the operation named
+    assert run(capsys, "solve", "example:gnmt", "--mem", "2GB", "--solver", "keep-everything", "-o", out_file)[0] == 0
+    code, out, err = run(capsys, "simulate", "example:gnmt", out_file, "--mem", "25%")
+    assert code == 2 and "below the memory lower bound" in err and "'n192'" in err and "give at least" in err
+
+
 def test_import_round_trip(capsys, graph_file, tmp_path):
     out_file = tmp_path / "copy.json"
     code, out, _ = run(capsys, "import", graph_file, "-o", out_file)
