@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import threading
 import time
 
 import numpy as np
+import pytest
 from milp_graphs import ke_peak, one_gpu
 
 from optsched import generate
@@ -54,6 +56,36 @@ def test_the_search_stops_when_asked_and_at_the_goal():
     t = time.perf_counter()
     x, seen = improve(model, x0, t + 30, lambda: False, goal=float(model.cost @ x0) * 2)
     assert seen["rounds"] == 0 and time.perf_counter() - t < 1
+
+
+def test_with_two_threads_a_search_runs_beside_the_branch_and_bound_and_the_faster_point_is_kept(monkeypatch):
+    # branch and bound stopped after its root, so that its point and the search's may differ; the search beside it
+    # gets 5 s whatever the branch and bound does (its own stop, the end of the branch and bound, is ignored here)
+    _, _, _, model, x0 = _poor_start()
+    params = {"highs": {"mip_max_nodes": 1}}
+    stop = threading.Event()
+    alone = M._highs_run(model, x0, SolveOptions(threads=1, gap=0.0, swap=False, params=params), 20, stop)
+    assert "search" not in alone["extra"] and alone["x"] is not None
+    seen, real = [], M.improve
+
+    def spy(model_, x, until, stopped, goal=-np.inf, seed=0, found=None):
+        out = real(model_, x, time.perf_counter() + 5, lambda: False, goal, seed, found)
+        seen.append((x, out))
+        return out
+
+    monkeypatch.setattr(M, "improve", spy)
+    both = M._highs_run(model, x0, SolveOptions(threads=2, gap=0.0, swap=False, params=params), 20, stop)
+    [(start, (y, info))] = seen
+    assert start is x0 and info["rounds"] >= 1 and info["improved"] >= 1 and both["extra"]["search"] == info
+    assert f"beside the branch and bound: {info['rounds']} rounds, {info['improved']} improvements" in \
+        " ".join(both["notes"])
+    # the faster of the two points (the branch and bound ran on one thread, as alone: the same point), and its
+    # bound, which holds for every point of the model
+    cost = float(model.cost @ both["x"])
+    assert cost == pytest.approx(min(float(model.cost @ alone["x"]), float(model.cost @ y)), rel=1e-9)
+    assert cost < float(model.cost @ x0) * (1 - 1e-6)
+    assert both["bound"] == pytest.approx(alone["bound"], rel=1e-9)
+    assert violated_rows(model, both["x"], tol=1e-6) == []
 
 
 def _plain_infeasible_at_once(calls: list):

@@ -23,9 +23,10 @@ _STEP = 4.0     # seconds at most per round
 
 
 def improve(model: MilpArrays, x: np.ndarray, until: float, stopped, goal: float = -np.inf,
-            seed: int = 0) -> tuple[np.ndarray, dict]:
+            seed: int = 0, found=None) -> tuple[np.ndarray, dict]:
     """(the best point found from `x` by `until` (perf_counter), {"rounds", "improved"}). `stopped()` ends it
-    early (checked between rounds and inside HiGHS), and so does a point at or below `goal` (model units)."""
+    early (checked between rounds and inside HiGHS), and so does a point at or below `goal` (model units).
+    `found(objective)` (model units) is called with each better point (the progress lines)."""
     from .milp import highs_model, run_highs
 
     node = np.full(model.ncol, -1, dtype=np.int64)       # the value each R, S and C column is about
@@ -63,4 +64,6 @@ def improve(model: MilpArrays, x: np.ndarray, until: float, stopped, goal: float
             if float(model.cost @ y) < obj * (1 - 1e-9):
                 best, obj = y, float(model.cost @ y)
                 improved += 1
+                if found is not None:
+                    found(obj)
     return best, {"rounds": rounds, "improved": improved}
