@@ -74,6 +74,7 @@ def test_with_two_threads_a_search_runs_beside_the_branch_and_bound_and_the_fast
         return out
 
     monkeypatch.setattr(M, "improve", spy)
+    monkeypatch.setattr(M, "_SEARCH_AFTER", 0.0)     # this branch and bound ends within a second
     both = M._highs_run(model, x0, SolveOptions(threads=2, gap=0.0, swap=False, params=params), 20, stop)
     [(start, (y, info))] = seen
     assert start is x0 and info["rounds"] >= 1 and info["improved"] >= 1 and both["extra"]["search"] == info
