@@ -164,7 +164,7 @@ two cores or more (HiGHS's branch and bound uses one), one after the other on
 one (`_run_pair`); when the model without gap stages is done early, a
 large-neighbourhood search (`lns.py`) takes its core. A model solved alone on
 two cores or more has that search beside its branch and bound, which then gets
-the other threads, until the branch and bound ends; the faster point is the
+the other threads, from its third second (_SEARCH_AFTER) until it ends; the faster point is the
 run's, under its dual bound (both are points of the model). The joint problem
 (2 GPUs + host, swapping, 120 s), one run each on the same day: the transformer
 at 90% of its keep-everything memory 0.673 -> 0.652 ms, at 50% 0.787 ->
@@ -971,8 +971,7 @@ _GRACE = 2.0
 _SEARCH_NNZ = 10_000_000
 _SEARCH_FROM_S = 2.0
 # The search beside a branch and bound starts once that has run this long: most runs of small models end sooner,
-# and then building the search's own model and its first round only delayed the solve's end (the test suite,
-# whose MILP solves mostly take under a second, took 942 s instead of about 820 s on 2 cores).
+# and there building the search's own model and its first round would only add to the solve's time.
 _SEARCH_AFTER = 2.0
 
 
