@@ -290,8 +290,8 @@ def largest_operation(graph: Graph, among: Iterable[str] | None = None) -> tuple
     if idx.size == 0:
         return "", 0
     need = operation_memory(graph)[idx]
-    i = int(idx[need.argmax()])
-    return graph.arrays.ids[i], int(need.max())
+    j = int(need.argmax())
+    return graph.arrays.ids[int(idx[j])], int(need[j])
 
 
 def memory_lower_bound(graph: Graph) -> int:

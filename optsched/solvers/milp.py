@@ -164,8 +164,8 @@ two cores or more (HiGHS's branch and bound uses one), one after the other on
 one (`_run_pair`); when the model without gap stages is done early, a
 large-neighbourhood search (`lns.py`) takes its core. A model solved alone on
 two cores or more has that search beside its branch and bound, which then gets
-the other threads, from its third second (_SEARCH_AFTER) until it ends; the faster point is the
-run's, under its dual bound (both are points of the model). The joint problem
+the other threads, from its third second (_SEARCH_AFTER) until it ends; the
+faster point is the run's, under its dual bound (both are points of the model). The joint problem
 (2 GPUs + host, swapping, 120 s), one run each on the same day: the transformer
 at 90% of its keep-everything memory 0.673 -> 0.652 ms, at 50% 0.787 ->
 0.776 ms; GPT-2 at 50% 1.280 -> 1.274 ms; GNMT and BERT-L3 unchanged; GPT-2 at
@@ -1477,8 +1477,7 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
             searched["error"] = e
             return
         if beside and float(model.cost @ searched["x"]) <= goal:
-            by_floor.set()          # within the gap of the lower bound: the branch and bound stops
-            halt.set()
+            halt.set()      # within the gap of the lower bound: the branch and bound stops
 
     if ran or search:
         def solve():
@@ -1511,13 +1510,6 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         raise searched["error"]
     x, bound, extra = x0, None, {"backend": "highs"}
     status = "time_limit"
-    if searched and not beside:
-        x, seen = searched["x"], searched["seen"]
-        notes.append(f"a search around the warm start instead: {seen['rounds']} rounds, "
-                     f"{seen['improved']} improvements")
-        extra["search"] = seen
-        if float(model.cost @ x) <= goal:
-            by_floor.set()
     if ran and not abandoned:
         ms = h.getModelStatus()
         MS = highspy.HighsModelStatus
@@ -1532,15 +1524,17 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         if status == "optimal" and x is not None:
             bound = max(bound or 0.0, 0.0)
         extra.update(model_status=h.modelStatusToString(ms), nodes=int(info.mip_node_count))
-    if beside and "x" in searched:
+    if "x" in searched:
         y, seen = searched["x"], searched["seen"]
-        notes.append(f"a search around the warm start beside the branch and bound: {seen['rounds']} rounds, "
-                     f"{seen['improved']} improvements")
+        notes.append(f"a search around the warm start {'beside the branch and bound' if beside else 'instead'}: "
+                     f"{seen['rounds']} rounds, {seen['improved']} improvements")
         extra["search"] = seen
         if x is None or float(model.cost @ y) < float(model.cost @ x) * (1 - 1e-9):
             x = y       # a point of the same model: its dual bound holds for it
             if status == "infeasible":
                 status = "time_limit"
+        if float(model.cost @ y) <= goal:
+            by_floor.set()
     if gave_up.is_set():
         notes.append(f"HiGHS found no schedule in {stall:.3g} s: stopped")
         extra["gave_up"] = stall
