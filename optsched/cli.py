@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -814,6 +815,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    rc = _main(argv)
+    if argv is None and sys.modules.get("optsched.solvers.milp") is not None:
+        from .solvers.milp import abandoned_running
+
+        if abandoned_running():
+            # a HiGHS run given up after a Ctrl-C (its root LP checks for none) would hold the exit until its own
+            # time limit, and Python's finalisation would abort under it: everything is written, so leave now
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(rc)
+    return rc
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 
 import pytest
@@ -504,6 +505,19 @@ def test_solve_does_not_import_torch(graph_file):
             "sys.exit(rc or ('torch' in sys.modules and 3))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_command_line_does_not_wait_at_exit_for_a_run_abandoned_after_a_ctrl_c():
+    # a HiGHS run given up after a Ctrl-C (its root LP checks no interrupt) goes on to its own time limit; the
+    # command, its output written, leaves at once with its own exit status (before: at the end of that run)
+    code = ("import importlib, sys, threading, time; from optsched.cli import main; "
+            "M = importlib.import_module('optsched.solvers.milp'); "
+            "t = threading.Thread(target=time.sleep, args=(120,), daemon=True); t.start(); M._abandon(t); "
+            "sys.argv = ['optsched', 'examples']; sys.exit(main())")
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0, r.stderr
+    assert "gnmt" in r.stdout and time.perf_counter() - t < 60
 
 
 def test_solve_says_where_its_bound_comes_from(capsys):

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 
@@ -828,6 +829,116 @@ def test_ctrl_c_returns_best_schedule_so_far(how, ctrl_c):
     assert s.report.status == "interrupted"
     assert s.report.gap is None or s.report.gap > 0 or s.report.status != "optimal"
     assert r.makespan <= s.report.objective * (1 + 1e-9)
+
+
+def _fastest_candidate(g, cl, opts) -> float:
+    M = importlib.import_module("optsched.solvers.milp")
+    return min(r.makespan for _, _, r in M._candidates(g, cl, opts) if r.valid)
+
+
+def test_ctrl_c_while_the_models_are_built_returns_the_fastest_candidate(monkeypatch):
+    # a Ctrl-C lands in the models' build, after the candidates and outside every wait that takes a Ctrl-C: the
+    # fastest candidate comes back, marked interrupted (before, the KeyboardInterrupt went up and nothing came back)
+    M = importlib.import_module("optsched.solvers.milp")
+    g, cl = _interrupt_case()
+    opts = SolveOptions(time_limit=30, threads=1)
+
+    def interrupted(spec):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(M, "build_model", interrupted)
+    s = solve(g, cl, "milp", opts)
+    r = simulate(g, cl, s)
+    assert r.valid, r.violation
+    assert s.report.status == "interrupted" and "while the models were built" in s.report.message
+    assert r.makespan == pytest.approx(_fastest_candidate(g, cl, opts))
+
+
+@pytest.mark.parametrize("second", [False, True])
+def test_ctrl_c_after_the_models_are_built_returns_the_fastest_candidate_and_a_second_one_aborts(monkeypatch,
+                                                                                                 second):
+    # a Ctrl-C in the lower bounds' own Python code (not in a wait): the fastest candidate, marked interrupted;
+    # where a first Ctrl-C was taken already (`stop` set), this one is the second, and the solve aborts
+    M = importlib.import_module("optsched.solvers.milp")
+    g, cl = _interrupt_case()
+    opts = SolveOptions(time_limit=30, threads=1)
+
+    def interrupted(graph, cluster, options, base, spec, target=None, left=0.0, orders=False, stop=None, **kw):
+        if second:
+            stop.set()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(M, "_bounds", interrupted)
+    if second:
+        with pytest.raises(KeyboardInterrupt):
+            solve(g, cl, "milp", opts)
+        return
+    s = solve(g, cl, "milp", opts)
+    r = simulate(g, cl, s)
+    assert r.valid, r.violation
+    assert s.report.status == "interrupted" and "after the candidates were made" in s.report.message
+    assert r.makespan == pytest.approx(_fastest_candidate(g, cl, opts))
+
+
+def test_a_highs_run_that_ignores_the_ctrl_c_is_abandoned_and_the_best_schedule_comes_back(monkeypatch, ctrl_c):
+    # HiGHS checks no interrupt during a MIP's root LP: a run that goes on after the Ctrl-C is given up
+    # _STOP_GRACE s later, and the warm start comes back at once, not when that run reaches its time limit
+    M = importlib.import_module("optsched.solvers.milp")
+    g, cl = _interrupt_case()
+    real, started, slept = M.run_highs, threading.Event(), []
+
+    def deaf(h):        # the branch and bound's run only: deaf to its interrupt callbacks for 8 s
+        if sys._getframe(1).f_code.co_qualname != "_highs_run.<locals>.solve":
+            return real(h)
+        started.set()
+        time.sleep(8)
+        slept.append(True)
+        return highspy.HighsStatus.kOk
+
+    monkeypatch.setattr(M, "run_highs", deaf)
+
+    def ctrl_c_once_started():
+        if started.wait(60):
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_once_started, daemon=True).start()
+    s = solve(g, cl, "milp", SolveOptions(time_limit=60, threads=1))
+    done = time.perf_counter()
+    assert started.is_set() and not slept       # back before the deaf run ended
+    r = simulate(g, cl, s)
+    assert r.valid, r.violation
+    assert s.report.status == "interrupted"
+    assert f"did not stop within {M._STOP_GRACE:g} s of the Ctrl-C and was abandoned" in s.report.message
+    while not slept and time.perf_counter() < done + 10:     # the abandoned run ends on its own
+        time.sleep(0.1)
+    assert slept
+
+
+def test_a_ctrl_c_beside_lp_roundings_worker_stops_it_and_does_not_wait_for_it(monkeypatch):
+    # the LP's roundings run in a worker while this thread finds the bounds; a Ctrl-C there (`stop` set) hands
+    # the worker the same event, and the candidates go on with the bound's plans' roundings after _STOP_GRACE at most
+    M = importlib.import_module("optsched.solvers.milp")
+    R = importlib.import_module("optsched.solvers.rounding")
+    g, cl = _interrupt_case()
+    monkeypatch.setattr(M.os, "cpu_count", lambda: 2)
+    told = []
+
+    def slow_lp(graph, cluster, options):
+        p = options.params
+        if not p.get("lp", True):       # the bound's plans: none
+            return None
+        told.append(p["stop"].wait(30))     # the LP: until stopped
+        raise OptschedError("lp-rounding: stopped before its roundings were done")
+
+    monkeypatch.setattr(R, "lp_rounding", slow_lp)
+    stop = threading.Event()
+    t = time.perf_counter()
+    out = M._roundings(g, cl, SolveOptions(time_limit=60), 0.5, [], beside=lambda base: stop.set(), stop=stop)
+    assert out == [] and time.perf_counter() - t < M._STOP_GRACE + 2
+    while not told and time.perf_counter() < t + 10:
+        time.sleep(0.05)
+    assert told == [True]
 
 
 def test_time_limit_bounds_the_whole_call():

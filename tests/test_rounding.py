@@ -4,15 +4,17 @@ recomputes nothing; at tight budgets it beats the list-scheduling heuristic and 
 from __future__ import annotations
 
 import re
+import threading
 import time
 
+import highspy
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from milp_graphs import captured_mlp, ke_peak, one_gpu
 
-from optsched.errors import InfeasibleError
+from optsched.errors import InfeasibleError, OptschedError
 from optsched.generate import random_training_graph
 from optsched.schedule import Schedule
 from optsched.simulate import simulate
@@ -277,3 +279,19 @@ def test_the_milp_uses_the_core_the_lp_leaves_idle(monkeypatch):
     assert seen and "lp-rounding of the bound's plans" in seen[0] and "lp-rounding" not in seen[0]
     assert {"lp-rounding", "lp-rounding of the bound's plans"} <= set(names)
     assert all(r.valid for name, _, r in found if name.startswith("lp-rounding"))
+
+
+def test_a_stop_set_ends_the_lp_at_highs_next_check_and_the_call_with_an_error():
+    # the MILP runs this LP in a worker beside the bounds; a Ctrl-C there sets `stop`, and the LP (30 s on the
+    # 3-layer GPT-2 at 25% of its keep-everything memory) ends at HiGHS's next interrupt check, not at its end
+    g = random_training_graph(40, 0)
+    cl = one_gpu(int(0.5 * ke_peak(g)))
+    spec = make_spec(g, cl, swap=False, instage=False)
+    stop = threading.Event()
+    assert _Relaxation(spec, 1, stop).solve(1.0, 30)[0] is not None      # not set: it solves
+    stop.set()
+    lp = _Relaxation(spec, 1, stop)
+    assert lp.solve(1.0, 30) == (None, False)
+    assert lp.h.getModelStatus() == highspy.HighsModelStatus.kInterrupt
+    with pytest.raises(OptschedError, match="stopped before its roundings were done"):
+        lp_rounding(g, cl, SolveOptions(params={"stop": stop}))

@@ -156,7 +156,9 @@ time.
 Time and interrupts: `time_limit` bounds the whole call; HiGHS gets what is
 left after the candidates and the model are built, runs in a worker thread and
 is stopped by Ctrl-C through its interrupt callbacks (status `interrupted`,
-best schedule so far). Models too large to solve in the time left are not
+best schedule so far), or given up _STOP_GRACE s after it where they are not
+called (a MIP's root LP). A Ctrl-C anywhere else after the candidates returns the
+fastest of them. Models too large to solve in the time left are not
 handed to HiGHS's branch and bound (see _NNZ_PER_S); up to _SEARCH_NNZ
 nonzeros, `lns.improve` searches around the warm start for that time. When the
 warm start needs gap stages, the model without them runs too: side by side on
@@ -298,7 +300,7 @@ def _make_candidates(graph, cluster, options, beside, out: list, found=None, sto
         once = _one_device_time(graph, cluster, options)
         if best > (1 + _ROOM) * once:
             share = _ROUNDING_SHARE if best <= _POOR * once else _ALONE_SHARE
-            out += _roundings(graph, cluster, options, share, out, beside)
+            out += _roundings(graph, cluster, options, share, out, beside, stop)
     host = _host(cluster, options)
     if host is not None and not any(r.valid for _, _, r in out):
         # nothing fits the accelerators: every operation on the host, where it can run them all, is a schedule
@@ -309,13 +311,12 @@ def _make_candidates(graph, cluster, options, beside, out: list, found=None, sto
             out.append(("keep-everything on the host", s, simulate(graph, cluster, s)))
 
 
-def _roundings(graph, cluster, options, share, base, beside=None) -> list:
+def _roundings(graph, cluster, options, share, base, beside=None, stop: threading.Event | None = None) -> list:
     """lp-rounding's schedules as candidates. With `beside` and a core to spare, its LP's roundings run in a worker
     thread while this one rounds the lower bound's plans (`params["lp"]` False), then calls `beside(base and
     those)`: the LP keeps one core for tens of seconds on large graphs (the 3-layer GPT-2 at 30% of its
-    keep-everything memory: 21 s of lp-rounding's 33), time the MILP's bounds use instead."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    keep-everything memory: 21 s of lp-rounding's 33), time the MILP's bounds use instead. A Ctrl-C (`stop` set)
+    stops the worker's LP and is not kept waiting for it: the plans' roundings stand."""
     from . import rounding
 
     def named(name, s):
@@ -324,12 +325,35 @@ def _roundings(graph, cluster, options, share, base, beside=None) -> list:
     stageable = {"remake": False}      # its polish keeps an op's other outputs where the stage model counts them
     if beside is None or (os.cpu_count() or 1) < 2:
         return named("lp-rounding", _candidate(graph, cluster, options, rounding.lp_rounding, share, stageable))
-    with ThreadPoolExecutor(1) as pool:
-        lp = pool.submit(_candidate, graph, cluster, options, rounding.lp_rounding, share, {**stageable, "seeds": 0})
+    own = stop is None      # no caller to tell of a Ctrl-C through `stop`: it goes on up
+    stop = stop or threading.Event()
+    got: dict = {}
+
+    def run():
+        try:
+            got["s"] = _candidate(graph, cluster, options, rounding.lp_rounding, share,
+                                  {**stageable, "seeds": 0, "stop": stop})
+        except BaseException as e:      # raised again in the calling thread
+            got["error"] = e
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    try:
         plans = named("lp-rounding of the bound's plans",
                       _candidate(graph, cluster, options, rounding.lp_rounding, share, {**stageable, "lp": False}))
         beside(base + plans)
-        return named("lp-rounding", lp.result()) + plans
+    except KeyboardInterrupt:       # the worker stops too (its LP at HiGHS's next check), and is not waited for
+        stop.set()
+        _abandon(worker)
+        raise
+    if not _join(worker, stop, after_stop=_STOP_GRACE):     # a Ctrl-C: the plans' schedules stand
+        _abandon(worker)
+        if own:
+            raise KeyboardInterrupt
+        return plans
+    if "error" in got:
+        raise got["error"]
+    return named("lp-rounding", got["s"]) + plans
 
 
 def _host(cluster, options) -> str | None:
@@ -450,14 +474,16 @@ def _unplaceable(graph: Graph, spec: ModelSpec) -> str:
 
 
 class _Stopped(Exception):
-    """Ctrl-C while the candidates were made: `base`, those made so far."""
+    """Ctrl-C while the candidates were made (`when`), or the models built: `base`, the candidates so far."""
 
-    def __init__(self, base: list):
+    def __init__(self, base: list, when: str = "while the candidates were made"):
         super().__init__("interrupted")
         self.base = base
+        self.when = when
 
 
-def _interrupted(graph: Graph, solver_name: str, base: list, t_start: float) -> Schedule:
+def _interrupted(graph: Graph, solver_name: str, base: list, t_start: float,
+                 when: str = "while the candidates were made") -> Schedule:
     """The fastest candidate made before a Ctrl-C, marked `interrupted`; KeyboardInterrupt where none fits."""
     valid = [b for b in base if b[2].valid]
     if not valid:
@@ -465,7 +491,7 @@ def _interrupted(graph: Graph, solver_name: str, base: list, t_start: float) -> 
     name, sched, res = min(valid, key=lambda b: b[2].makespan)
     return Schedule(sched.instructions, SolveReport(
         solver_name, "interrupted", objective=res.makespan, solve_time=time.perf_counter() - t_start,
-        message=f"interrupted while the candidates were made: returning {name}",
+        message=f"interrupted {when}: returning {name}",
         extra={"fallback": name, "makespan": res.makespan, "peak": res.peak}), graph=graph.name)
 
 
@@ -475,8 +501,8 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions, beside=None, 
     notes on candidates that could not start the MILP, and `alt`: when the chosen model has gap
     stages, (model, x0, message) of the model without them (over the best candidate that fits it,
     or the graph's order, cold), else None. `beside`, `found`: see `_candidates`. `stop` set during the
-    candidates (a Ctrl-C, or the progress callback's KeyboardInterrupt): `_Stopped` with them, the models not
-    built.
+    candidates (a Ctrl-C, or the progress callback's KeyboardInterrupt), or a Ctrl-C while the models are built:
+    `_Stopped` with them.
 
     Every candidate is staged over its own first-computation order; the one with the
     smallest staged objective fixes the model's order and becomes the incumbent."""
@@ -493,37 +519,43 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions, beside=None, 
     base = _candidates(graph, cluster, options, beside, stop, found) + _given(graph, cluster, options)
     if stop is not None and stop.is_set():
         raise _Stopped(base)
-    too_big = _unplaceable(graph, spec_of(None, p.get("window")))
-    if too_big:
-        _infeasible(graph, cluster, options, base, too_big)
+    try:
+        too_big = _unplaceable(graph, spec_of(None, p.get("window")))
+        if too_big:
+            _infeasible(graph, cluster, options, base, too_big)
 
-    if options.warm_start is not None:
-        tries = [("user", options.warm_start)]
-    elif p.get("warm", True):
-        tries = [(nm, s) for nm, s, r in sorted(base, key=lambda b: b[2].makespan) if r.valid]
-    else:
-        tries = []
-    best, plain, notes = None, None, []
-    for name, sched in tries:
-        obj, spec, dec, why = _stage(graph, spec_of, name, sched, p.get("window"))
-        if dec is None:
-            notes.append(why)
-            continue
-        if best is None or obj < best[0]:
-            best = (obj, name, spec, dec)
-        if not _gap_stages(spec) and (plain is None or obj < plain[0]):
-            plain = (obj, name, spec, dec)
-    spec = best[2] if best is not None else spec_of(None, p.get("window"))
-    if spec.notes["unrunnable"]:
-        raise OptschedError(f"node {spec.notes['unrunnable'][0]!r} cannot run on any device in use",
-                            hint="add a device of a kind it has a cost for")
-    model, x0, warm_msg = _warm_model(spec, best, base, notes, "none" if not tries else "none usable")
-    alt = None
-    if _gap_stages(spec):
-        alt_spec = plain[2] if plain is not None else spec_of(None, p.get("window"))
-        alt = _warm_model(alt_spec, plain, base, [], "none (no candidate fits without gap stages)")
-    build_time = time.perf_counter() - t0
-    return spec, model, x0, warm_msg, base, build_time, notes, alt
+        if options.warm_start is not None:
+            tries = [("user", options.warm_start)]
+        elif p.get("warm", True):
+            tries = [(nm, s) for nm, s, r in sorted(base, key=lambda b: b[2].makespan) if r.valid]
+        else:
+            tries = []
+        best, plain, notes = None, None, []
+        for name, sched in tries:
+            obj, spec, dec, why = _stage(graph, spec_of, name, sched, p.get("window"))
+            if dec is None:
+                notes.append(why)
+                continue
+            if best is None or obj < best[0]:
+                best = (obj, name, spec, dec)
+            if not _gap_stages(spec) and (plain is None or obj < plain[0]):
+                plain = (obj, name, spec, dec)
+        spec = best[2] if best is not None else spec_of(None, p.get("window"))
+        if spec.notes["unrunnable"]:
+            raise OptschedError(f"node {spec.notes['unrunnable'][0]!r} cannot run on any device in use",
+                                hint="add a device of a kind it has a cost for")
+        model, x0, warm_msg = _warm_model(spec, best, base, notes, "none" if not tries else "none usable")
+        alt = None
+        if _gap_stages(spec):
+            alt_spec = plain[2] if plain is not None else spec_of(None, p.get("window"))
+            alt = _warm_model(alt_spec, plain, base, [], "none (no candidate fits without gap stages)")
+        build_time = time.perf_counter() - t0
+        return spec, model, x0, warm_msg, base, build_time, notes, alt
+    except KeyboardInterrupt:       # Ctrl-C while the models were built: the candidates stand
+        if stop is None or stop.is_set():
+            raise
+        stop.set()
+        raise _Stopped(base, "while the models were built") from None
 
 
 def _given(graph: Graph, cluster: Cluster, options: SolveOptions) -> list:
@@ -965,6 +997,10 @@ def model_path(path: str) -> str:
 # status time_limit); a run still going _GRACE s after the deadline is abandoned the same way.
 _NNZ_PER_S = 50_000
 _GRACE = 2.0
+# Nor does it check for an interrupt during a MIP's root LP: a run still going this long after a Ctrl-C is abandoned
+# too, and the best schedule in hand comes back (the 3-layer GPT-2 at 25% of its keep-everything memory on one GPU
+# and the host: a Ctrl-C 22 s into the root LP of its 1.6M-nonzero model waited the 22 s of that run's time left).
+_STOP_GRACE = 1.0
 # Such a model, up to _SEARCH_NNZ nonzeros, gets `lns.improve` instead (each round 4-5 s there: ResNet-50, 1,243
 # operations, at 30% of its keep-everything memory, one device, no swapping: 6.9M nonzeros, 1.648x -> 1.408x of
 # keep-everything's step time in 60 s, 14 rounds); with at least _SEARCH_FROM_S seconds left.
@@ -997,18 +1033,30 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     _set_options(highspy.Highs(), options)      # a bad option is refused now, not after the candidates
     t_start = time.perf_counter()
     options = replace(options, progress=_merged(options.progress, t_start))
-    return _within_stage(graph, cluster, options, _stage_model(graph, cluster, options, t_start), t_start)
+    stop = threading.Event()        # Ctrl-C: set by the waits that take it, or by the orders of moments
+    held: list = []                 # the candidates, once made
+    try:
+        sched = _stage_model(graph, cluster, options, t_start, stop, held)
+    except KeyboardInterrupt:
+        # a Ctrl-C outside the waits that take it (a model built or written, the bounds' own Python): the fastest
+        # candidate, the runs still going told to stop; a second Ctrl-C aborts
+        if stop.is_set() or not held:
+            raise
+        stop.set()
+        return _interrupted(graph, "milp", held[0], t_start, "after the candidates were made")
+    return _within_stage(graph, cluster, options, sched, t_start)
 
 
-def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start: float) -> Schedule:
-    """The solve of the stage model (whole-stage count by default), from `milp`. Where lp-rounding's LP leaves a
+def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start: float, stop: threading.Event,
+                 held: list) -> Schedule:
+    """The solve of the stage model (whole-stage count by default), from `milp`; the candidates go into `held`
+    as soon as they are made. Where lp-rounding's LP leaves a
     core idle, the bounds are found beside it (with the target of the candidates so far), else after the
     candidates; and again after them where the bound falls short and a faster candidate came since (the
     rounding's), aimed at its target, with its moments for the orders (the transformer at 45% of its
     keep-everything memory: 1.2320x -> 1.2559x of keep-everything's step time). Both over the graph's own order,
     not the warm start's: the moments are taken where keep-everything holds the most in it."""
     until = t_start + options.time_limit
-    stop = threading.Event()        # Ctrl-C: set here, or by the orders of moments (then HiGHS stops at once)
     early = {}
 
     def order_time() -> float:      # the orders of moments' time, from which _bounds takes its share
@@ -1033,7 +1081,8 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
         spec, model, x0, warm_msg, base, build_time, notes, alt = prepare(
             graph, cluster, options, beside, stop, lambda t: _tell(options, stop, incumbent=t))
     except _Stopped as e:
-        return _interrupted(graph, "milp", e.base, t_start)
+        return _interrupted(graph, "milp", e.base, t_start, e.when)
+    held.append(base)
     # the candidates not told yet: the roundings, the warm start (the bounds beside told theirs)
     _tell(options, stop, incumbent=min((r.makespan for _, _, r in base if r.valid), default=None))
     if options.write_model:
@@ -1261,7 +1310,7 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
             out[i] = _highs_run(m, x, opts, left, stop, cancel[i], live[i], floor, stall)
             if i == 0 and not settled(out[0]) and x0 is not None:
                 # the plain run is over early: its core searches around the staged model's warm start
-                if spare is not None:
+                if spare is not None and not stop.is_set():
                     spare(t0 + left, finished)
                 out[2] = improve(model, x0, t0 + left, lambda: stop.is_set() or finished.is_set(), goal, seed=1)
                 if float(model.cost @ out[2][0]) <= goal:
@@ -1386,11 +1435,11 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
 
     goal = _goal(floor, options.gap)
     proven = x0 is not None and float(model.cost @ x0) <= goal
-    ran = left > 0 and model.index.size <= _NNZ_PER_S * left and not proven
+    ran = left > 0 and model.index.size <= _NNZ_PER_S * left and not proven and not stop.is_set()
     # too large for branch and bound: the time left goes to the search around the warm start, whose sub-MIPs
     # presolve away the fixed columns (it passes the model to HiGHS itself)
     search = (not ran and not proven and x0 is not None and left > _SEARCH_FROM_S
-              and model.index.size <= _SEARCH_NNZ)
+              and model.index.size <= _SEARCH_NNZ and not stop.is_set())
     # branch and bound works on one core: with two or more, a search around the warm start takes another beside it
     cores = options.threads or os.cpu_count() or 1
     beside = ran and x0 is not None and cores >= 2
@@ -1457,6 +1506,8 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
     notes = []
     if proven:
         notes.append("the warm start is within the gap of the lower bound: no branch and bound")
+    elif stop.is_set():
+        notes.append("not solved: a Ctrl-C came before")
     elif not ran:
         notes.append(f"the model ({model.index.size} nonzeros) is too large to solve in the "
                      f"{max(left, 0):.3g} s left; raise --time-limit")
@@ -1499,12 +1550,13 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         side = threading.Thread(target=look, daemon=True) if beside else None
         if side is not None:
             side.start()
-        if not _join(worker, stop, t0 + left + _GRACE):
+        if not _join(worker, stop, t0 + left + _GRACE, after_stop=_STOP_GRACE):
             halt.set()
             abandoned = True
-            notes.append("HiGHS overran the time limit and was abandoned")
+            notes.append(f"HiGHS did not stop within {_STOP_GRACE:g} s of the Ctrl-C and was abandoned"
+                         if stop.is_set() else "HiGHS overran the time limit and was abandoned")
             _abandon(worker)
-        if side is not None and not _join(side, stop, t0 + left + _GRACE):
+        if side is not None and not _join(side, stop, t0 + left + _GRACE, after_stop=_STOP_GRACE):
             _abandon(side)
     if "error" in searched:
         raise searched["error"]
@@ -1542,7 +1594,7 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
         lp = cut_info["lp"]
         extra["cuts"] = {"rounds": cut_info["rounds"], "rows": cut_info["cuts"], "seconds": cut_info["seconds"],
                          "lp_before": lp[0] / TIME_SCALE, "lp_after": lp[-1] / TIME_SCALE}
-    if stop.is_set() and not abandoned:
+    if stop.is_set():
         status = "interrupted"
     elif proven:
         status = "optimal"         # within the gap of a bound on every schedule
@@ -1557,10 +1609,13 @@ def _highs_run(model: MilpArrays, x0, options: SolveOptions, left: float, stop: 
             "solve_time": time.perf_counter() - t0}
 
 
-def _join(worker: threading.Thread, stop: threading.Event, until: float = math.inf, patient: bool = True) -> bool:
+def _join(worker: threading.Thread, stop: threading.Event, until: float = math.inf, patient: bool = True,
+          after_stop: float = math.inf) -> bool:
     """Wait for `worker` until the perf_counter time `until`: False if it is still running then. The first
     Ctrl-C sets `stop` (the runs' interrupt callbacks see it); a second one while they wind down aborts.
-    `patient` False: the first Ctrl-C also ends the wait (False), for a worker that does not watch `stop`."""
+    `patient` False: the first Ctrl-C also ends the wait (False), for a worker that does not watch `stop`.
+    `after_stop`: seconds the wait goes on, at most, once `stop` is set (here or by another thread)."""
+    stopped_at = math.inf
     while worker.is_alive():
         try:
             # not worker.join: a KeyboardInterrupt inside it marks a running thread stopped (CPython 3.11's
@@ -1572,7 +1627,10 @@ def _join(worker: threading.Thread, stop: threading.Event, until: float = math.i
             stop.set()
             if not patient:
                 return False
-        if worker.is_alive() and time.perf_counter() > until:
+        now = time.perf_counter()
+        if stop.is_set():
+            stopped_at = min(stopped_at, now)
+        if worker.is_alive() and (now > until or now > stopped_at + after_stop):
             return False
     return True
 
@@ -1586,6 +1644,11 @@ def _abandon(worker: threading.Thread) -> None:
     if not _ABANDONED:
         atexit.register(lambda: [t.join() for t in _ABANDONED])
     _ABANDONED.append(worker)
+
+
+def abandoned_running() -> bool:
+    """Whether a run given up by `_abandon` is still going (the CLI then leaves without waiting for it)."""
+    return any(t.is_alive() for t in _ABANDONED)
 
 
 def run_highs(h):
@@ -1623,7 +1686,7 @@ def _pulp(graph, cluster, options, solver_name):
         spec, model, x0, warm_msg, base, build_time, notes, _ = prepare(graph, cluster, options,
                                                                         stop=threading.Event())
     except _Stopped as e:
-        return _interrupted(graph, f"pulp:{solver_name}", e.base, t_start)
+        return _interrupted(graph, f"pulp:{solver_name}", e.base, t_start, e.when)
     if options.write_model:
         write_model(model, options.write_model)
     bounds = _bounds(graph, cluster, options, base, spec)

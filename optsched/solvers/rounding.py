@@ -35,19 +35,22 @@ under the real budget.
 default true), seeds (how many of the bound's moments seed keep-sets, default 2; 0: none), lp (bool, default true;
 false: the seeded keep-sets only, which the MILP runs beside the LP's), remake (bool, default true: the polish
 computes an op's other outputs after its op's last run before their readers, `polish.remade_outputs`; the MILP
-sets it false, as its stage model counts them from the op's first run). The report's
+sets it false, as its stage model counts them from the op's first run), stop (a threading.Event: once set, the
+LP stops at HiGHS's next check and OptschedError ends the call; the MILP's Ctrl-C). The report's
 `extra["seed"]` says where the returned schedule came from ("lp", or "bound at NODE").
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from dataclasses import replace
 
 import numpy as np
 
 from ..cluster import Cluster
+from ..errors import OptschedError
 from ..graph import Graph
 from ..schedule import Compute, Free, Schedule, SolveReport
 from ..simulate import SimResult, simulate
@@ -77,7 +80,7 @@ class _Relaxation:
     scaled by changing the memory rows' right-hand side only: dual simplex restarts from the last basis, about
     3x faster than a fresh solve (gpt2, 236 nodes: 1.0-1.2 s against 3.2-4.0 s)."""
 
-    def __init__(self, spec: ModelSpec, threads: int | None):
+    def __init__(self, spec: ModelSpec, threads: int | None, stop: threading.Event | None = None):
         from .milp import highs_model
 
         self.model = build_model(spec)
@@ -85,6 +88,13 @@ class _Relaxation:
         self.timed_out = False
         if threads:
             self.h.setOptionValue("threads", int(threads))
+        if stop is not None:        # set: the LP stops at HiGHS's next check (a Ctrl-C in the MILP's candidates)
+            def poll(e):
+                if stop.is_set():
+                    e.interrupt()
+
+            for cb in (self.h.cbSimplexInterrupt, self.h.cbIpmInterrupt):
+                cb.subscribe(poll)
         first = [r for r, kind in self.model.row_kind if kind.startswith("memory@")]
         # rows in units of the budget; none where the budget holds every byte (any rounding fits there)
         self.rows = np.arange(first[0], first[0] + spec.T, dtype=np.int32) if first else None
@@ -265,8 +275,11 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     lp_deadline = deadline - (_SEED_SHARE * options.time_limit if seeds else 0.0)
     polish = p.get("polish", True)
     best = _POLISHED if polish else 1
+    stop = p.get("stop")
     found, tried, lp = (_lp_roundings(graph, cluster, spec, dev.name, thresholds, scales, options.threads,
-                                      lp_deadline, deadline, best) if p.get("lp", True) else ([], 0, None))
+                                      lp_deadline, deadline, best, stop) if p.get("lp", True) else ([], 0, None))
+    if stop is not None and stop.is_set():
+        raise OptschedError("lp-rounding: stopped before its roundings were done")
     if seeds:
         seeded, n = _seeded(graph, cluster, spec, dev.name, seeds, deadline, found[0][1].makespan if found else np.inf)
         found += seeded
@@ -306,15 +319,16 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
 
 
 def _lp_roundings(graph: Graph, cluster: Cluster, spec: ModelSpec, device: str, thresholds, scales, threads,
-                  lp_deadline: float, deadline: float, best: int) -> tuple[list, int, _Relaxation]:
+                  lp_deadline: float, deadline: float, best: int,
+                  stop: threading.Event | None = None) -> tuple[list, int, _Relaxation]:
     """(`lp_rounding`'s found entries, how many keep-sets were tried, the relaxation): the `best` fastest roundings
-    of the LP over `spec` at the first budget scale where one fits or can be repaired."""
+    of the LP over `spec` at the first budget scale where one fits or can be repaired; `stop` set ends them."""
     found, tried = [], 0
-    lp = _Relaxation(spec, threads)
+    lp = _Relaxation(spec, threads, stop)
     infeasible_at = 0.0
     for scale in scales:
         left = deadline - time.perf_counter()
-        if left <= 0:
+        if left <= 0 or (stop is not None and stop.is_set()):
             break
         if scale <= infeasible_at:
             continue                   # a smaller budget than an infeasible one
@@ -331,6 +345,8 @@ def _lp_roundings(graph: Graph, cluster: Cluster, spec: ModelSpec, device: str, 
             keeps.setdefault((keep.tobytes(), lazy), (theta, keep, lazy))
         # repaired overflows often beat the roundings that fit (bert at 40%: 1.58x keep-everything against 1.62x)
         for k, (theta, keep, lazy) in enumerate(keeps.values()):
+            if stop is not None and stop.is_set():
+                break
             tried += 1
             share = (until - time.perf_counter()) / (len(keeps) - k + 1)
             fixed = repair(graph, cluster, spec, keep, device, time.perf_counter() + share, lazy)
