@@ -1033,7 +1033,7 @@ def milp(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions())
     _set_options(highspy.Highs(), options)      # a bad option is refused now, not after the candidates
     t_start = time.perf_counter()
     options = replace(options, progress=_merged(options.progress, t_start))
-    stop = threading.Event()        # Ctrl-C: set by the waits that take it, or by the orders of moments
+    stop = threading.Event()        # a Ctrl-C, or the progress callback's KeyboardInterrupt: set where taken
     held: list = []                 # the candidates, once made
     try:
         sched = _stage_model(graph, cluster, options, t_start, stop, held)
