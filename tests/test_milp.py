@@ -887,11 +887,11 @@ def test_a_highs_run_that_ignores_the_ctrl_c_is_abandoned_and_the_best_schedule_
     g, cl = _interrupt_case()
     real, started, slept = M.run_highs, threading.Event(), []
 
-    def deaf(h):        # the branch and bound's run only: deaf to its interrupt callbacks for 8 s
+    def deaf(h):        # the branch and bound's run only: deaf to its interrupt callbacks for 4 s
         if sys._getframe(1).f_code.co_qualname != "_highs_run.<locals>.solve":
             return real(h)
         started.set()
-        time.sleep(8)
+        time.sleep(4)
         slept.append(True)
         return highspy.HighsStatus.kOk
 

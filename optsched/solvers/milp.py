@@ -316,7 +316,7 @@ def _roundings(graph, cluster, options, share, base, beside=None, stop: threadin
     thread while this one rounds the lower bound's plans (`params["lp"]` False), then calls `beside(base and
     those)`: the LP keeps one core for tens of seconds on large graphs (the 3-layer GPT-2 at 30% of its
     keep-everything memory: 21 s of lp-rounding's 33), time the MILP's bounds use instead. A Ctrl-C (`stop` set)
-    stops the worker's LP and is not kept waiting for it: the plans' roundings stand."""
+    is not kept waiting for the worker, which ends after the LP solve under way: the plans' roundings stand."""
     from . import rounding
 
     def named(name, s):
@@ -342,7 +342,7 @@ def _roundings(graph, cluster, options, share, base, beside=None, stop: threadin
         plans = named("lp-rounding of the bound's plans",
                       _candidate(graph, cluster, options, rounding.lp_rounding, share, {**stageable, "lp": False}))
         beside(base + plans)
-    except KeyboardInterrupt:       # the worker stops too (its LP at HiGHS's next check), and is not waited for
+    except KeyboardInterrupt:       # the worker stops too (after its LP solve under way), and is not waited for
         stop.set()
         _abandon(worker)
         raise

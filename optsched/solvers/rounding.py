@@ -36,7 +36,9 @@ default true), seeds (how many of the bound's moments seed keep-sets, default 2;
 false: the seeded keep-sets only, which the MILP runs beside the LP's), remake (bool, default true: the polish
 computes an op's other outputs after its op's last run before their readers, `polish.remade_outputs`; the MILP
 sets it false, as its stage model counts them from the op's first run), stop (a threading.Event: once set, the
-LP stops at HiGHS's next check and OptschedError ends the call; the MILP's Ctrl-C). The report's
+call ends with OptschedError after the LP solve under way, without rounding; the MILP's Ctrl-C: its LP is not
+interrupted, as an interrupt callback made it slower, 27,000 calls into Python in the 3-layer GPT-2's 25 s LP, whose
+worker runs beside the bounds). The report's
 `extra["seed"]` says where the returned schedule came from ("lp", or "bound at NODE").
 """
 
@@ -80,7 +82,7 @@ class _Relaxation:
     scaled by changing the memory rows' right-hand side only: dual simplex restarts from the last basis, about
     3x faster than a fresh solve (gpt2, 236 nodes: 1.0-1.2 s against 3.2-4.0 s)."""
 
-    def __init__(self, spec: ModelSpec, threads: int | None, stop: threading.Event | None = None):
+    def __init__(self, spec: ModelSpec, threads: int | None):
         from .milp import highs_model
 
         self.model = build_model(spec)
@@ -88,13 +90,6 @@ class _Relaxation:
         self.timed_out = False
         if threads:
             self.h.setOptionValue("threads", int(threads))
-        if stop is not None:        # set: the LP stops at HiGHS's next check (a Ctrl-C in the MILP's candidates)
-            def poll(e):
-                if stop.is_set():
-                    e.interrupt()
-
-            for cb in (self.h.cbSimplexInterrupt, self.h.cbIpmInterrupt):
-                cb.subscribe(poll)
         first = [r for r, kind in self.model.row_kind if kind.startswith("memory@")]
         # rows in units of the budget; none where the budget holds every byte (any rounding fits there)
         self.rows = np.arange(first[0], first[0] + spec.T, dtype=np.int32) if first else None
@@ -324,7 +319,7 @@ def _lp_roundings(graph: Graph, cluster: Cluster, spec: ModelSpec, device: str, 
     """(`lp_rounding`'s found entries, how many keep-sets were tried, the relaxation): the `best` fastest roundings
     of the LP over `spec` at the first budget scale where one fits or can be repaired; `stop` set ends them."""
     found, tried = [], 0
-    lp = _Relaxation(spec, threads, stop)
+    lp = _Relaxation(spec, threads)
     infeasible_at = 0.0
     for scale in scales:
         left = deadline - time.perf_counter()
