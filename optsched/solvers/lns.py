@@ -37,6 +37,8 @@ def improve(model: MilpArrays, x: np.ndarray, until: float, stopped, goal: float
     size = min(_SIZE, max(1, n // 2))
     rng = np.random.default_rng(seed)
     best = np.where(model.integ == 1, np.round(x), x)
+    if stopped():       # before the HiGHS model: passing a large one takes seconds (a Ctrl-C waited 3-4 s for it)
+        return best, {"rounds": 0, "improved": 0}
     obj = float(model.cost @ best)
     h = highs_model(model)
     h.setOptionValue("output_flag", False)

@@ -1333,10 +1333,16 @@ def _run_pair(pmodel, px0, model, x0, options: SolveOptions, left: float, stop: 
     for w in workers:
         w.start()
     for w in workers:
-        _join(w, stop)
+        # after a Ctrl-C each run is given up within _STOP_GRACE, but not a search round (its sub-MIP's root LP
+        # checks no interrupt either, and a round may take _STEP s): such a thread is given up too
+        if not _join(w, stop, after_stop=2 * _STOP_GRACE):
+            _abandon(w)
     for r in out:
         if isinstance(r, BaseException):
             raise r
+    gone = {"status": "interrupted", "bound": None, "extra": {}, "notes": [], "solve_time": time.perf_counter() - t0}
+    out[0] = out[0] or {**gone, "x": None}      # (not seen: each run's own wait gives it up first)
+    out[1] = out[1] or {**gone, "x": x0}
     notes = ["the models with and without gap stages ran side by side"]
     if "gave_up" in out[0]["extra"]:
         notes.append(f"the model without gap stages found no schedule in {out[0]['extra']['gave_up']:.3g} s "
