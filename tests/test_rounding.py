@@ -223,7 +223,8 @@ def test_where_every_keep_set_over_the_topological_order_overflows_the_memory_or
 
     def roundings(order):
         spec = make_spec(g, cl, order=order, swap=False, instage=False)
-        return _lp_roundings(g, cl, spec, "gpu0", THRESHOLDS, BUDGET_SCALES, 1, far, far, 3)[0]
+        return _lp_roundings(g, cl, spec, "gpu0", THRESHOLDS, BUDGET_SCALES, 1, far, far, 3,
+                             threading.Event())[0]
 
     assert roundings(None) == []
     assert roundings(memory_order(g))

@@ -473,17 +473,19 @@ def _unplaceable(graph: Graph, spec: ModelSpec) -> str:
     return unplaceable(graph, spec.dev_names, spec.runs, spec.budget)
 
 
+_IN_CANDIDATES = "while the candidates were made"
+
+
 class _Stopped(Exception):
     """Ctrl-C while the candidates were made (`when`), or the models built: `base`, the candidates so far."""
 
-    def __init__(self, base: list, when: str = "while the candidates were made"):
+    def __init__(self, base: list, when: str = _IN_CANDIDATES):
         super().__init__("interrupted")
         self.base = base
         self.when = when
 
 
-def _interrupted(graph: Graph, solver_name: str, base: list, t_start: float,
-                 when: str = "while the candidates were made") -> Schedule:
+def _interrupted(graph: Graph, solver_name: str, base: list, t_start: float, when: str = _IN_CANDIDATES) -> Schedule:
     """The fastest candidate made before a Ctrl-C, marked `interrupted`; KeyboardInterrupt where none fits."""
     valid = [b for b in base if b[2].valid]
     if not valid:

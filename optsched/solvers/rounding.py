@@ -270,10 +270,10 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     lp_deadline = deadline - (_SEED_SHARE * options.time_limit if seeds else 0.0)
     polish = p.get("polish", True)
     best = _POLISHED if polish else 1
-    stop = p.get("stop")
+    stop = p.get("stop") or threading.Event()      # never set: the call runs to its end
     found, tried, lp = (_lp_roundings(graph, cluster, spec, dev.name, thresholds, scales, options.threads,
                                       lp_deadline, deadline, best, stop) if p.get("lp", True) else ([], 0, None))
-    if stop is not None and stop.is_set():
+    if stop.is_set():
         raise OptschedError("lp-rounding: stopped before its roundings were done")
     if seeds:
         seeded, n = _seeded(graph, cluster, spec, dev.name, seeds, deadline, found[0][1].makespan if found else np.inf)
@@ -284,7 +284,7 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
         # first (the 8-layer MLP at 65% of its keep-everything memory: 1.46x its time, where none fitted)
         spec = spec_over(memory_order(graph))
         found, more, lp = _lp_roundings(graph, cluster, spec, dev.name, thresholds, scales, options.threads,
-                                        deadline, deadline, best)
+                                        deadline, deadline, best, stop)
         tried += more
     if not found and lp is not None and lp.timed_out and not tried:
         raise not_found(graph, cluster, f"lp-rounding: its LP relaxation ({lp.model.ncol} columns, "
@@ -315,7 +315,7 @@ def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
 
 def _lp_roundings(graph: Graph, cluster: Cluster, spec: ModelSpec, device: str, thresholds, scales, threads,
                   lp_deadline: float, deadline: float, best: int,
-                  stop: threading.Event | None = None) -> tuple[list, int, _Relaxation]:
+                  stop: threading.Event) -> tuple[list, int, _Relaxation]:
     """(`lp_rounding`'s found entries, how many keep-sets were tried, the relaxation): the `best` fastest roundings
     of the LP over `spec` at the first budget scale where one fits or can be repaired; `stop` set ends them."""
     found, tried = [], 0
@@ -323,7 +323,7 @@ def _lp_roundings(graph: Graph, cluster: Cluster, spec: ModelSpec, device: str, 
     infeasible_at = 0.0
     for scale in scales:
         left = deadline - time.perf_counter()
-        if left <= 0 or (stop is not None and stop.is_set()):
+        if left <= 0 or stop.is_set():
             break
         if scale <= infeasible_at:
             continue                   # a smaller budget than an infeasible one
@@ -340,7 +340,7 @@ def _lp_roundings(graph: Graph, cluster: Cluster, spec: ModelSpec, device: str, 
             keeps.setdefault((keep.tobytes(), lazy), (theta, keep, lazy))
         # repaired overflows often beat the roundings that fit (bert at 40%: 1.58x keep-everything against 1.62x)
         for k, (theta, keep, lazy) in enumerate(keeps.values()):
-            if stop is not None and stop.is_set():
+            if stop.is_set():
                 break
             tried += 1
             share = (until - time.perf_counter()) / (len(keeps) - k + 1)
