@@ -109,7 +109,7 @@ def test_separate_finds_the_most_violated_cut_of_each_path():
 
 
 def test_root_cuts_raise_the_lp_bound_and_keep_the_optimum():
-    g = random_training_graph(20, 1)
+    g = random_training_graph(16, 3)
     big = Cluster((Device("gpu0", "cuda", 10**15),))
     ke = simulate(g, big, keep_everything(g, big)).peak["gpu0"]
     model = build_model(make_spec(g, one_gpu(int(0.7 * ke)), swap=False))
@@ -129,7 +129,7 @@ def test_root_cuts_raise_the_lp_bound_and_keep_the_optimum():
 
 
 def test_solve_reports_the_cut_rounds_and_cuts_are_off_by_default():
-    g = random_training_graph(20, 1)
+    g = random_training_graph(16, 3)
     big = Cluster((Device("gpu0", "cuda", 10**15),))
     ke = simulate(g, big, keep_everything(g, big)).peak["gpu0"]
     cl = one_gpu(int(0.7 * ke))

@@ -354,9 +354,9 @@ def test_infeasible_budget_says_both_numbers():
 
 def test_no_schedule_within_the_time_limit_is_not_called_infeasible():
     # at 40% of its keep-everything peak no baseline fits this graph and the LP rounding needs seconds; in 0.05 s
-    # the MILP finds nothing, given time it proves an optimum: the short run must say "not found in time" and point
-    # at --time-limit, not "no schedule fits" (on one thread of this 2-core box: the rounding in about 4 s, the
-    # proof from it in 13 s)
+    # the MILP finds nothing, given time the LP rounding finds a schedule (in about 6 s on one thread of this 2-core
+    # box; the MILP proves an optimum from it in 13 s more): the short run must say "not found in time" and point
+    # at --time-limit, not "no schedule fits"
     g = generate.random_training_graph(40, 11, window=2)
     cl = one_gpu(int(0.4 * ke_peak(g)))
     with pytest.raises(InfeasibleError) as e:
@@ -364,8 +364,7 @@ def test_no_schedule_within_the_time_limit_is_not_called_infeasible():
     assert str(e.value).startswith("no schedule found: ") and "no schedule fits" not in str(e.value)
     assert not e.value.proven
     assert "--time-limit, now 0.05 s" in e.value.hint
-    s = solve(g, cl, "milp", SolveOptions(swap=False, time_limit=60, threads=1))
-    assert s.report.status == "optimal" and simulate(g, cl, s).valid
+    assert simulate(g, cl, solve(g, cl, "lp-rounding", SolveOptions(swap=False, time_limit=60, threads=1))).valid
 
 
 def test_the_model_without_gap_stages_is_proven_by_its_gap_even_when_highs_stops_on_time(monkeypatch):
@@ -1033,12 +1032,14 @@ def test_a_whole_stage_optimum_above_the_bound_is_followed_by_the_within_stage_m
     # a 6-layer MLP at 75% of keep-everything's memory, staged cold over the topological order (no warm start):
     # the whole-stage count proves its optimum, which is more than 1% above the bound every schedule obeys;
     # counting memory within the stage, as the simulator does, admits a faster schedule over the same order,
-    # which the default solve returns
+    # which the default solve returns (in 10 s, not proven optimal: it has 0.928x the whole-stage optimum at 5 s and
+    # 0.904x at 8 s on this 2-core box; proving it takes 27 s)
     # (unpolished: the polish reaches below the whole-stage optimum too, outside the model: the next test)
     g = captured_mlp(6)
     cl = one_gpu(int(0.75 * ke_peak(g)))
-    opts = SolveOptions(time_limit=60, threads=2, swap=False, params={"warm": False, "polish": False})
-    whole = solve(g, cl, "milp", replace(opts, params={"instage": False, "warm": False, "polish": False}))
+    opts = SolveOptions(time_limit=10, threads=2, swap=False, params={"warm": False, "polish": False})
+    whole = solve(g, cl, "milp", replace(opts, time_limit=60, params={"instage": False, "warm": False,
+                                                                      "polish": False}))
     w = whole.report
     assert w.status == "optimal" and "stage_models" not in w.extra
     assert w.objective > w.extra["schedule_lower_bound"] * 1.01
