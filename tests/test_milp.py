@@ -1051,6 +1051,8 @@ def test_a_whole_stage_optimum_above_the_bound_is_followed_by_the_within_stage_m
     assert r.extra["stage_models"]["whole-stage"]["objective"] == pytest.approx(w.objective)
     assert r.message.startswith("within-stage model from the whole-stage schedule (optimal, ")
     assert r.bound <= r.objective
+    # the warm start reported is the solve's own (none here), not the whole-stage schedule the follow-up began from
+    assert r.extra["warm_start"] == w.extra["warm_start"] and not r.extra["warm_start"].startswith("user")
 
 
 def test_the_milps_schedule_is_polished_outside_its_model():

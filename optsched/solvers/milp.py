@@ -1239,8 +1239,10 @@ def _within_stage(graph: Graph, cluster: Cluster, options: SolveOptions, sched: 
     if faster or (w.status == "optimal" and w.objective <= r.objective * (1 + 1e-9)):
         head = (f"within-stage model from the whole-stage schedule ({r.status}, {r.objective:.6g} s): "
                 + ("faster" if faster else "proven there too"))
+        # the warm start said is the solve's own: the follow-up's is the whole-stage schedule, which `head` says
         return replace(within, report=replace(w, solve_time=both, message="; ".join(m for m in (head, w.message) if m),
-                                              extra={**w.extra, "stage_models": runs}))
+                                              extra={**w.extra, "warm_start": r.extra.get("warm_start"),
+                                                     "stage_models": runs}))
     note = f"within-stage model from it: {w.status}, no faster schedule"
     return replace(sched, report=replace(r, status="interrupted" if w.status == "interrupted" else r.status,
                                          solve_time=both, message="; ".join(m for m in (r.message, note) if m),
