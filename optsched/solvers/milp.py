@@ -509,6 +509,20 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions, beside=None, 
     Every candidate is staged over its own first-computation order; the one with the
     smallest staged objective fixes the model's order and becomes the incumbent."""
     t0 = time.perf_counter()
+    base = _candidates(graph, cluster, options, beside, stop, found) + _given(graph, cluster, options)
+    if stop is not None and stop.is_set():
+        raise _Stopped(base)
+    try:
+        return _models(graph, cluster, options, base, t0)
+    except KeyboardInterrupt:       # Ctrl-C while the models were built: the candidates stand
+        if stop is None or stop.is_set():
+            raise
+        stop.set()
+        raise _Stopped(base, "while the models were built") from None
+
+
+def _models(graph: Graph, cluster: Cluster, options: SolveOptions, base: list, t0: float):
+    """`prepare`'s result from the candidates `base` (`t0`: when `prepare` started)."""
     p = dict(options.params)
     specs = {}
 
@@ -518,46 +532,37 @@ def prepare(graph: Graph, cluster: Cluster, options: SolveOptions, beside=None, 
             specs[key] = spec_for(graph, cluster, options, order=order, window=window, gaps=gaps)
         return specs[key]
 
-    base = _candidates(graph, cluster, options, beside, stop, found) + _given(graph, cluster, options)
-    if stop is not None and stop.is_set():
-        raise _Stopped(base)
-    try:
-        too_big = _unplaceable(graph, spec_of(None, p.get("window")))
-        if too_big:
-            _infeasible(graph, cluster, options, base, too_big)
+    too_big = _unplaceable(graph, spec_of(None, p.get("window")))
+    if too_big:
+        _infeasible(graph, cluster, options, base, too_big)
 
-        if options.warm_start is not None:
-            tries = [("user", options.warm_start)]
-        elif p.get("warm", True):
-            tries = [(nm, s) for nm, s, r in sorted(base, key=lambda b: b[2].makespan) if r.valid]
-        else:
-            tries = []
-        best, plain, notes = None, None, []
-        for name, sched in tries:
-            obj, spec, dec, why = _stage(graph, spec_of, name, sched, p.get("window"))
-            if dec is None:
-                notes.append(why)
-                continue
-            if best is None or obj < best[0]:
-                best = (obj, name, spec, dec)
-            if not _gap_stages(spec) and (plain is None or obj < plain[0]):
-                plain = (obj, name, spec, dec)
-        spec = best[2] if best is not None else spec_of(None, p.get("window"))
-        if spec.notes["unrunnable"]:
-            raise OptschedError(f"node {spec.notes['unrunnable'][0]!r} cannot run on any device in use",
-                                hint="add a device of a kind it has a cost for")
-        model, x0, warm_msg = _warm_model(spec, best, base, notes, "none" if not tries else "none usable")
-        alt = None
-        if _gap_stages(spec):
-            alt_spec = plain[2] if plain is not None else spec_of(None, p.get("window"))
-            alt = _warm_model(alt_spec, plain, base, [], "none (no candidate fits without gap stages)")
-        build_time = time.perf_counter() - t0
-        return spec, model, x0, warm_msg, base, build_time, notes, alt
-    except KeyboardInterrupt:       # Ctrl-C while the models were built: the candidates stand
-        if stop is None or stop.is_set():
-            raise
-        stop.set()
-        raise _Stopped(base, "while the models were built") from None
+    if options.warm_start is not None:
+        tries = [("user", options.warm_start)]
+    elif p.get("warm", True):
+        tries = [(nm, s) for nm, s, r in sorted(base, key=lambda b: b[2].makespan) if r.valid]
+    else:
+        tries = []
+    best, plain, notes = None, None, []
+    for name, sched in tries:
+        obj, spec, dec, why = _stage(graph, spec_of, name, sched, p.get("window"))
+        if dec is None:
+            notes.append(why)
+            continue
+        if best is None or obj < best[0]:
+            best = (obj, name, spec, dec)
+        if not _gap_stages(spec) and (plain is None or obj < plain[0]):
+            plain = (obj, name, spec, dec)
+    spec = best[2] if best is not None else spec_of(None, p.get("window"))
+    if spec.notes["unrunnable"]:
+        raise OptschedError(f"node {spec.notes['unrunnable'][0]!r} cannot run on any device in use",
+                            hint="add a device of a kind it has a cost for")
+    model, x0, warm_msg = _warm_model(spec, best, base, notes, "none" if not tries else "none usable")
+    alt = None
+    if _gap_stages(spec):
+        alt_spec = plain[2] if plain is not None else spec_of(None, p.get("window"))
+        alt = _warm_model(alt_spec, plain, base, [], "none (no candidate fits without gap stages)")
+    build_time = time.perf_counter() - t0
+    return spec, model, x0, warm_msg, base, build_time, notes, alt
 
 
 def _given(graph: Graph, cluster: Cluster, options: SolveOptions) -> list:
