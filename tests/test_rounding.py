@@ -105,7 +105,8 @@ def test_every_rounding_is_valid_or_refused(n, seed, frac, params):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_resolving_at_a_smaller_budget_matches_a_fresh_lp(seed):
     # lp-rounding re-solves one LP with its memory rows scaled instead of building one per budget: the optimum
-    # must be the fresh LP's at every scale, infeasible included
+    # must be the fresh LP's at every scale, infeasible included; and it solves without HiGHS's scaling, so the
+    # optimum must also be the one HiGHS finds with its default scaling
     import highspy
 
     g = random_training_graph(30, seed, window=2)
@@ -121,6 +122,13 @@ def test_resolving_at_a_smaller_budget_matches_a_fresh_lp(seed):
             assert lp.h.getModelStatus() == highspy.HighsModelStatus.kOptimal
             assert lp.h.getInfo().objective_function_value == pytest.approx(
                 fresh.h.getInfo().objective_function_value, rel=1e-6)
+        scaled = _Relaxation(make_spec(g, one_gpu(int(scale * budget)), swap=False), 1)
+        scaled.h.setOptionValue("simplex_scale_strategy", 2)      # HiGHS's default
+        S3, infeasible3 = scaled.solve(1.0, 30)
+        assert infeasible == infeasible3 and (S is None) == (S3 is None)
+        if S is not None:
+            assert scaled.h.getInfo().objective_function_value == pytest.approx(
+                lp.h.getInfo().objective_function_value, rel=1e-6)
 
 
 @pytest.mark.parametrize("seed, fraction, share", [(0, 0.5, 0.35), (11, 0.4, 0.75)])

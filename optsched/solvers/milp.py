@@ -314,8 +314,8 @@ def _make_candidates(graph, cluster, options, beside, out: list, found=None, sto
 def _roundings(graph, cluster, options, share, base, beside=None, stop: threading.Event | None = None) -> list:
     """lp-rounding's schedules as candidates. With `beside` and a core to spare, its LP's roundings run in a worker
     thread while this one rounds the lower bound's plans (`params["lp"]` False), then calls `beside(base and
-    those)`: the LP keeps one core for tens of seconds on large graphs (the 3-layer GPT-2 at 30% of its
-    keep-everything memory: 21 s of lp-rounding's 33), time the MILP's bounds use instead. A Ctrl-C (`stop` set)
+    those)`: the LP keeps one core for seconds on large graphs (the 3-layer GPT-2 at 30% of its
+    keep-everything memory: 4 s, `rounding._Relaxation`), time the MILP's bounds use instead. A Ctrl-C (`stop` set)
     is not kept waiting for the worker, which ends after the LP solve under way: the plans' roundings stand."""
     from . import rounding
 

@@ -37,8 +37,8 @@ false: the seeded keep-sets only, which the MILP runs beside the LP's), remake (
 computes an op's other outputs after its op's last run before their readers, `polish.remade_outputs`; the MILP
 sets it false, as its stage model counts them from the op's first run), stop (a threading.Event: once set, the
 call ends with OptschedError after the LP solve under way, without rounding; the MILP's Ctrl-C: its LP is not
-interrupted, as an interrupt callback made it slower, 27,000 calls into Python in the 3-layer GPT-2's 25 s LP, whose
-worker runs beside the bounds). The report's
+interrupted, as an interrupt callback made it slower, 27,000 calls into Python in the 3-layer GPT-2's LP (then
+25 s), whose worker runs beside the bounds). The report's
 `extra["seed"]` says where the returned schedule came from ("lp", or "bound at NODE").
 """
 
@@ -80,7 +80,11 @@ _ROOM = 0.01    # no seeded keep-sets for a rounding within 1% of their bound
 class _Relaxation:
     """The stage model's LP relaxation in one HiGHS instance. `solve(scale)` re-solves it with the memory budget
     scaled by changing the memory rows' right-hand side only: dual simplex restarts from the last basis, about
-    3x faster than a fresh solve (gpt2, 236 nodes: 1.0-1.2 s against 3.2-4.0 s)."""
+    3x faster than a fresh solve (gpt2, 236 nodes: 1.0-1.2 s against 3.2-4.0 s). Without HiGHS's simplex scaling:
+    the model's rows are already in units of the budget and of TIME_SCALE, and scaling them again made the first
+    solve 4-5x slower (the 3-layer GPT-2 at 25% of its keep-everything memory: 20.3 s -> 5.1 s, at 30%: 22.8 s ->
+    4.1 s; BERT at 40%: 1.5 s -> 0.7 s; same optimum), so that a 30 s solve there ended before its LP, on a
+    schedule at 3.7x keep-everything's step time instead of 1.55x."""
 
     def __init__(self, spec: ModelSpec, threads: int | None):
         from .milp import highs_model
@@ -90,6 +94,7 @@ class _Relaxation:
         self.timed_out = False
         if threads:
             self.h.setOptionValue("threads", int(threads))
+        self.h.setOptionValue("simplex_scale_strategy", 0)      # off
         first = [r for r, kind in self.model.row_kind if kind.startswith("memory@")]
         # rows in units of the budget; none where the budget holds every byte (any rounding fits there)
         self.rows = np.arange(first[0], first[0] + spec.T, dtype=np.int32) if first else None
