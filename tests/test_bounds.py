@@ -799,6 +799,32 @@ def _needed_with_inputs(spec) -> list[int]:
     return [v for v in range(spec.n) if needed[v] and spec.in_ptr[v + 1] > spec.in_ptr[v]]
 
 
+def test_the_orders_and_the_growth_run_no_later_than_until(monkeypatch):
+    # their seconds count from where they start, after the single moments: a caller's deadline (`until`) caps
+    # them (a 20 s solve of the 3-layer GPT-2 at 30% of its keep-everything memory took 23 s without it)
+    g = small_dag(7, 217, ws=True)
+    spec = make_spec(g, one_gpu(1010), swap=False)
+    monkeypatch.setattr(bounds, "_ORDER_NEAR", 1.0)     # the orders over `moments` run however far short
+    given = []
+    for name, at in (("_orders", 9), ("_grow", 9)):
+        real = getattr(bounds, name)
+
+        def spy(*a, _real=real, _name=name, _at=at, **k):
+            given.append((_name, a[_at]))
+            return _real(*a, **k)
+
+        monkeypatch.setattr(bounds, name, spy)
+    moments = _needed_with_inputs(spec)
+    lower_bounds(spec, target=40.0, moments=lambda: moments, order_seconds=30)
+    assert given == [("_orders", 30)]       # without a deadline, all of their seconds
+    for kw in ({"moments": lambda: moments, "order_seconds": 30},
+               {"blocking": lambda: moments, "blocking_seconds": 30, "tight": lambda: moments}):
+        given.clear()
+        until = time.perf_counter() + 1.0
+        lower_bounds(spec, target=40.0, **kw, until=until)
+        assert given and all(0 < seconds <= 1.0 for _, seconds in given), given
+        assert time.perf_counter() < until + 0.5
+
 def test_the_orders_of_moments_prove_what_no_chain_of_them_does(monkeypatch):
     # 7 operations at 1010 bytes: the single moments and their chains prove 25 s of the 31 s every schedule takes;
     # taken in every order the moments neither of which is above the other prove all 31

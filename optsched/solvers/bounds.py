@@ -171,7 +171,7 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
                  moments: Callable[[], Sequence[int]] | None = None, order_seconds: float = 0.0,
                  stop: threading.Event | None = None, blocking: Callable[[], Sequence[int]] | None = None,
                  blocking_seconds: float = 0.0, tight: Callable[[], Sequence[int]] | None = None,
-                 grow_seconds: float | None = None, start: tuple | None = None) -> dict:
+                 grow_seconds: float | None = None, start: tuple | None = None, until: float | None = None) -> dict:
     """{"chain", "work", "recompute", "at", "floor", "grown"}: seconds every schedule of the graph on the model's
     devices needs (see the module docstring); recompute is None where it does not apply and infinite where no
     schedule fits, `at` the indices of the operations it came from (one, or the coupled bound's moments in the
@@ -189,7 +189,10 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     moment, the chain need not get back there (GPT-2 at 30% of its keep-everything memory with a time limit of
     180 s: the growth beside the LP ends at 1.6829x of keep-everything's time in 6 s; grown again from the single
     moment, the chain was no higher after 69 s, and the pairs' orders over it reached 1.6978x; from the first
-    chain, 1.7239x). A Ctrl-C (or `stop` set) ends them with the bound so far, `stop` set."""
+    chain, 1.7239x). `until` (perf_counter): neither the orders nor the growth run past it, whatever their seconds
+    (those count from where they start, after the single moments and the coupled bound: a 20 s solve of the
+    3-layer GPT-2 at 30% of its keep-everything memory took 23 s). A Ctrl-C (or `stop` set) ends them with the
+    bound so far, `stop` set."""
     needed = _needed(spec)
     runnable = ~np.isnan(spec.ccost)
     cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
@@ -209,7 +212,7 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
         reach = None if target is None else target * TIME_SCALE - float(cheapest.sum())
         extra, out["at"], out["grown"] = _recompute(spec, d, needed, seconds, reach, float(cheapest.sum()), moments,
                                                     order_seconds, stop, blocking, blocking_seconds, tight,
-                                                    grow_seconds, start)
+                                                    grow_seconds, start, until)
         out["recompute"] = (float(cheapest.sum()) + extra) / TIME_SCALE
     out["floor"] = max(v for k, v in out.items() if k in ("chain", "work", "recompute") and v is not None)
     return out
@@ -638,7 +641,7 @@ def _candidates(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> np.ndar
 def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reach: float | None, work: float = 0.0,
                moments=None, order_seconds: float = 0.0, stop: threading.Event | None = None, blocking=None,
                blocking_seconds: float = 0.0, tight=None, grow_seconds: float | None = None,
-               start: tuple | None = None) -> tuple[float, tuple | None, tuple | None]:
+               start: tuple | None = None, until: float | None = None) -> tuple[float, tuple | None, tuple | None]:
     """(model time every schedule spends recomputing, at least; the moments it was found at; the chain of moments
     before any orders, with its bound), or (0, None, None).
     The orders start with `_reader`'s operation and the moments (u, y, 0) of `tight` whose y is a moment already.
@@ -686,6 +689,9 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         return best, at, grown
     stop = stop or threading.Event()
     cutoff = reach + 1e-7 * (work + reach)      # a hair above, so that reaching it proves a gap despite rounding
+    if until is not None:
+        left = until - time.perf_counter()
+        order_seconds, blocking_seconds = min(order_seconds, left), min(blocking_seconds, left)
 
     def near() -> bool:     # the orders over `moments` have seconds left and the bound is within _ORDER_NEAR
         return moments is not None and order_seconds > 0 and work + best >= (1 - _ORDER_NEAR) * (work + reach)

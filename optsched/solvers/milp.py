@@ -685,7 +685,8 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
                      moments=lambda: order_moments(spec, ids, fastest),
                      blocking=lambda: blocking_moments(spec, ids, fastest), blocking_seconds=_ORDER_SHARE * left,
                      tight=lambda: tight_moments(spec, ids, fastest, recomputations=True),
-                     grow_seconds=_ORDER_SHARE * left if grow and orders else None, start=start)
+                     grow_seconds=_ORDER_SHARE * left if grow and orders else None, start=start,
+                     until=time.perf_counter() + left)
     if np.isfinite(b["floor"]):
         return b
     if fits:
