@@ -824,6 +824,20 @@ def test_the_orders_and_the_growth_run_no_later_than_until(monkeypatch):
         lower_bounds(spec, target=40.0, **kw, until=until)
         assert given and all(0 < seconds <= 1.0 for _, seconds in given), given
         assert time.perf_counter() < until + 0.5
+    # nor the single moments' integer programmes and the coupled one: past `until`, none is given a second
+    solves = []
+    real = bounds._solve
+
+    def timed(problem, integer, seconds, *a, **k):
+        solves.append((integer, seconds))
+        return real(problem, integer, seconds, *a, **k)
+
+    monkeypatch.setattr(bounds, "_solve", timed)
+    plain = lower_bounds(spec, target=40.0)
+    assert any(integer and seconds >= 1.0 for integer, seconds in solves)
+    solves.clear()
+    late = lower_bounds(spec, target=40.0, until=time.perf_counter())
+    assert late["floor"] <= plain["floor"] and all(seconds <= 0.01 for integer, seconds in solves if integer)
 
 def test_the_orders_of_moments_prove_what_no_chain_of_them_does(monkeypatch):
     # 7 operations at 1010 bytes: the single moments and their chains prove 25 s of the 31 s every schedule takes;

@@ -189,9 +189,10 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     moment, the chain need not get back there (GPT-2 at 30% of its keep-everything memory with a time limit of
     180 s: the growth beside the LP ends at 1.6829x of keep-everything's time in 6 s; grown again from the single
     moment, the chain was no higher after 69 s, and the pairs' orders over it reached 1.6978x; from the first
-    chain, 1.7239x). `until` (perf_counter): neither the orders nor the growth run past it, whatever their seconds
-    (those count from where they start, after the single moments and the coupled bound: a 20 s solve of the
-    3-layer GPT-2 at 30% of its keep-everything memory took 23 s). A Ctrl-C (or `stop` set) ends them with the
+    chain, 1.7239x). `until` (perf_counter): nothing runs past it, whatever its seconds (the orders' count from
+    where they start, after the single moments and the coupled bound: a 20 s solve of the 3-layer GPT-2 at 30% of
+    its keep-everything memory took 23 s, a 5 s one at 25% 8.6 s); the single moments' LPs are solved all the
+    same. A Ctrl-C (or `stop` set) ends them with the
     bound so far, `stop` set."""
     needed = _needed(spec)
     runnable = ~np.isnan(spec.ccost)
@@ -661,6 +662,8 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     left, all that is left of them; the orders over `blocking` take at most _BLOCKING seconds less what those
     took."""
     t0 = time.perf_counter()
+    if until is not None:
+        seconds = min(seconds, max(until - t0, 0.0))
     tight = functools.cache(tight) if tight is not None else None     # the growth and the orders both take it
     dst = np.repeat(np.arange(spec.n), np.diff(spec.in_ptr))     # the reader of each input edge
     lp, anc = _ranked(spec, d, needed, dst, seconds)
@@ -681,7 +684,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         coupled = _through_best(spec, d, needed, dst, anc, single)
         if coupled is not None:
             chain, problem, _ = coupled
-            val = _solve(problem, True, _COUPLED)
+            val = _solve(problem, True, _COUPLED if until is None else min(_COUPLED, until - time.perf_counter()))
             if val > best * (1 + 1e-9):
                 best, at = val, tuple(chain)
     grown = (best, at)      # the chain before any orders
