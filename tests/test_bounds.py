@@ -839,6 +839,7 @@ def test_the_orders_and_the_growth_run_no_later_than_until(monkeypatch):
     late = lower_bounds(spec, target=40.0, until=time.perf_counter())
     assert late["floor"] <= plain["floor"] and all(seconds <= 0.01 for integer, seconds in solves if integer)
 
+
 def test_the_orders_of_moments_prove_what_no_chain_of_them_does(monkeypatch):
     # 7 operations at 1010 bytes: the single moments and their chains prove 25 s of the 31 s every schedule takes;
     # taken in every order the moments neither of which is above the other prove all 31

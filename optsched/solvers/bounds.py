@@ -192,8 +192,7 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     chain, 1.7239x). `until` (perf_counter): nothing runs past it, whatever its seconds (the orders' count from
     where they start, after the single moments and the coupled bound: a 20 s solve of the 3-layer GPT-2 at 30% of
     its keep-everything memory took 23 s, a 5 s one at 25% 8.6 s); the single moments' LPs are solved all the
-    same. A Ctrl-C (or `stop` set) ends them with the
-    bound so far, `stop` set."""
+    same. A Ctrl-C (or `stop` set) ends them with the bound so far, `stop` set."""
     needed = _needed(spec)
     runnable = ~np.isnan(spec.ccost)
     cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)

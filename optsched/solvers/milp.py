@@ -1066,8 +1066,10 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
     until = t_start + options.time_limit
     early = {}
 
+    end = until - _polish_time(options)     # the solver's and the bounds' deadline: the polish gets the rest
+
     def order_time() -> float:      # the orders of moments' time, from which _bounds takes its share
-        return until - _polish_time(options) - time.perf_counter()
+        return end - time.perf_counter()
 
     @functools.cache        # built once, for the bounds beside the LP and again after the candidates
     def graph_order():      # the bounds' moments are taken where keep-everything in the graph's order holds most
@@ -1081,7 +1083,7 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
         with contextlib.suppress(InfeasibleError):      # said after the candidates, as without the LP beside
             early["bounds"] = _bounds(graph, cluster, options, base, spec0, early["target"],
                                       order_time(), build_model(spec0).index.size >= _ORDER_FROM_NNZ, stop,
-                                      _BESIDE * _SECONDS, search=False, until=until - _polish_time(options))
+                                      _BESIDE * _SECONDS, search=False, until=end)
             _tell(options, stop, floor=early["bounds"]["floor"])
 
     try:
@@ -1103,15 +1105,15 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
         # rounding's) came since, whose moments the orders take
         again = _bounds(graph, cluster, options, base, graph_order(), target, order_time(),
                         model.index.size >= _ORDER_FROM_NNZ, stop, grow=True,
-                        start=None if bounds is None else bounds["grown"], until=until - _polish_time(options))
+                        start=None if bounds is None else bounds["grown"], until=end)
         bounds = again if bounds is None or again["floor"] >= bounds["floor"] else bounds
     _tell(options, stop, floor=bounds["floor"])
-    left = until - _polish_time(options) - time.perf_counter()
+    left = order_time()
     if alt is None:
         run = _highs_run(model, x0, options, left, stop, floor=bounds["floor"])
         if run["x"] is None:
             base, bounds = _fallback(graph, cluster, options, base, graph_order(), bounds,
-                                     until - _polish_time(options), model.index.size >= _ORDER_FROM_NNZ, stop)
+                                     end, model.index.size >= _ORDER_FROM_NNZ, stop)
             if stop.is_set():       # Ctrl-C there: the best schedule so far, not polished again
                 run = {**run, "status": "interrupted"}
         return finish(graph, cluster, options, "milp", spec, model, run["x"], run["status"], run["bound"],
