@@ -1327,6 +1327,61 @@ def test_a_core_left_idle_takes_a_copy_of_a_running_programme_under_another_seed
     assert bounds._side_by_side(["slow"], 60, 3.0, stop) == [1.5] and sorted(calls) == [0, 1]
 
 
+def _fake_orders(monkeypatch, solve):
+    """`_orders` over integer moments with every ancestry open: each moment goes before or after the order it joins,
+    the programme of an order is the order itself, and `solve` gives its value."""
+    monkeypatch.setattr(bounds.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(bounds, "_ancestors", lambda spec, anc, moments: None)
+    monkeypatch.setattr(bounds, "_places", lambda anc, seq, m: [seq + (m,), (m,) + seq])
+    monkeypatch.setattr(bounds, "_coupled", lambda spec, d, order, *a, **k: (tuple(order), None))
+    monkeypatch.setattr(bounds, "_solve", solve)
+
+
+def test_the_next_weakest_order_takes_its_moment_while_a_slow_programme_of_the_one_before_runs(monkeypatch):
+    # moment 1 splits the start into (0, 1) at 1.0 and (1, 0) at 2.0; moment 2 then joins (0, 1), whose programme
+    # (0, 1, 2) is slow: it waits for one of (1, 0)'s to start, which a search that waits for the slowest programme
+    # of each order before taking the next never does (it would stop the wait after 20 s)
+    other = threading.Event()
+    saw = []
+
+    def fake(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0, sub_mips=True):
+        if len(problem) == 3 and (problem[:2] == (1, 0) or problem[1:] == (1, 0)):
+            other.set()
+        if problem == (0, 1, 2):
+            saw.append(other.wait(20))
+        return {(0, 1): 1.0, (1, 0): 2.0}.get(problem, 10.0)
+
+    _fake_orders(monkeypatch, fake)
+    t0 = time.perf_counter()
+    val, seq = bounds._orders(None, 0, None, None, {}, {}, (0.0, (0,)), [1, 2], 10.0, 60.0, threading.Event())
+    assert val == 10.0 and len(seq) == 3        # every order reached the target
+    assert saw and all(saw) and time.perf_counter() - t0 < 15
+
+
+def test_an_order_that_reaches_the_target_takes_no_more_moments(monkeypatch):
+    # (0, 1) reaches the target at once and (1, 0) does not: only (1, 0) takes moment 2, though a core is free
+    solved = []
+
+    def fake(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0, sub_mips=True):
+        solved.append(problem)
+        return {(1, 0): 2.0}.get(problem, 10.0)
+
+    _fake_orders(monkeypatch, fake)
+    val, _ = bounds._orders(None, 0, None, None, {}, {}, (0.0, (0,)), [1, 2], 10.0, 60.0, threading.Event())
+    assert val == 10.0
+    assert sorted(set(solved)) == [(0, 1), (1, 0), (1, 0, 2), (2, 1, 0)]
+
+
+def test_a_programme_that_cannot_be_built_stops_the_orders_with_its_error(monkeypatch):
+    def broken(spec, d, order, *a, **k):
+        raise ValueError("a bound's programme names a column it does not have")
+
+    _fake_orders(monkeypatch, lambda *a, **k: 1.0)
+    monkeypatch.setattr(bounds, "_coupled", broken)
+    with pytest.raises(ValueError, match="names a column"):
+        bounds._orders(None, 0, None, None, {}, {}, (0.0, (0,)), [1, 2], 10.0, 60.0, threading.Event())
+
+
 def shared_weight_graph() -> Graph:
     """GNMT's last decoder layer in small: a 500-byte weight w read by two required operations neither of which is
     an ancestor of the other, a (beside the 30-byte f) and b (beside the 400-byte g; f and g both read x and q).

@@ -116,7 +116,8 @@ moments first after `_reader`'s (at most _AGAIN, each with its y among the momen
 keep-everything memory, GELU's recomputation before the classifier's weight gradient, which reads the last layer
 norm's output. There every order that puts it before the loss's gradient has no point, and the others reach the
 target: the bound 1.5010x -> 1.5152x of keep-everything's time, within 1% of the schedule's 1.5305x, proven in
-the 60 s solve (its orders take 43 s, their programmes without HiGHS's sub-MIP heuristics: `_solve`'s `sub_mips`).
+the 60 s solve (its orders take 41-42 s, their programmes without HiGHS's sub-MIP heuristics: `_solve`'s
+`sub_mips`; and the next order takes its moment while the slowest programmes of the one before still run).
 
 Where many gradients are alike, their orders are too many to try, and `_latest` needs none: of the moments (v, w),
 one per weight gradient w of a group, take whichever comes last. Every other gradient of the group was computed
@@ -992,7 +993,7 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
     ancestor of the other come in one order or the other in each schedule, so the least of the programmes over
     the orders bounds them all. Branch and bound over the orders: the weakest order so far (`start`, the moments
     in order, and its bound) takes the next of `moments` (most promising first) at each place its ancestors and
-    descendants leave, one programme each (side by side: `_side_by_side`); the least bound over the orders is the
+    descendants leave, one programme each (on the cores: `_Runs`); the least bound over the orders is the
     bound. It stops when that reaches `reach`, the moments run out, `seconds` pass, or `stop` is set (the first
     Ctrl-C sets it; the programmes running stop at once). Each order's bound is at least its parent's (it restricts
     the same schedules). Among orders of equal bound, the one with the most moments goes on first: an order with
@@ -1001,26 +1002,72 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
     (`no_fit` on a 14-operation training graph that fits: 5 s of orders, all of its time, before). A moment
     (u, y, 0) that raises no order at any of its places is left out: the order without it holds for all of them,
     and the moments after it are not tried at each of its places (the 6-layer MLP at 75% of keep-everything's
-    memory: two such moments first, and its orders stopped short of those before them, 0.0546 -> 0.0409)."""
+    memory: two such moments first, and its orders stopped short of those before them, 0.0546 -> 0.0409).
+    The next weakest order takes its next moment as soon as every programme of those before has a core, not
+    after the last of them is solved: every order must reach `reach` for the proof, whichever goes first, and a
+    core would otherwise wait for the slowest programme of each (BERT at 40% of its keep-everything memory: the
+    orders that prove its 1.5305x schedule within 1% take 41-42 s on two cores, not 48 s; their programmes take
+    82 s of one)."""
     t0 = time.perf_counter()
     _ancestors(spec, anc, moments)
-    leaves = [start]
-    idle = set()        # moments (u, y, 0) that raised no order where they were taken: left out
-    while True:
-        val, seq = min(leaves, key=lambda leaf: (leaf[0], -len(leaf[1])))    # on a tie, the order furthest on
-        left = seconds - (time.perf_counter() - t0)
-        y = next((m for m in moments if m not in seq and m not in idle), None)
-        if y is None or left <= 0 or (reach is not None and val >= reach) or not np.isfinite(val) or stop.is_set():
-            return val, seq
-        orders = _places(anc, seq, y)
-        problems = [_coupled(spec, d, list(o), needed, dst, anc, single, between=between)[0] for o in orders]
-        left = seconds - (time.perf_counter() - t0)     # all of it, each: the bound needs every order to reach
-        vals = _side_by_side(problems, left, reach, stop, sub_mips=False)
+    leaves = {start: None}      # order -> (the moment it takes, its orders, their programmes) while they run
+    idle = set()                # moments (u, y, 0) that raised no order where they were taken: left out
+
+    def key(leaf):
+        return leaf[0], -len(leaf[1])       # on a tie, the order furthest on
+
+    def next_moment(seq):
+        return next((m for m in moments if m not in seq and m not in idle), None)
+
+    def settle(leaf, vals) -> None:     # an order's programmes are solved: its orders stand for it
+        val, seq = leaf
+        y, orders, _ = leaves.pop(leaf)
         if _last_before(y) and max(vals) <= val * (1 + 1e-9):
             idle.add(y)     # the order as it was covers every place of y, and each later moment is not multiplied
-            continue
-        leaves.remove((val, seq))
-        leaves.extend((max(v, val), o) for v, o in zip(vals, orders, strict=True))
+            leaves[leaf] = None
+            return
+        leaves.update(((max(v, val), o), None) for v, o in zip(vals, orders, strict=True))
+
+    def search(runs) -> None:
+        try:
+            expand(runs)
+        except BaseException as e:      # noqa: BLE001 -- raised again in the caller's thread
+            failed.append(e)
+
+    def expand(runs) -> None:
+        while not stop.is_set() and time.perf_counter() - t0 < seconds:
+            for leaf, run in list(leaves.items()):
+                if run is not None and all(runs.solved(i) for i in run[2]):
+                    settle(leaf, [runs.value(i) for i in run[2]])
+            weakest = min(leaves, key=key)
+            if (reach is not None and weakest[0] >= reach) or not np.isfinite(weakest[0]):
+                return
+            if leaves[weakest] is None and next_moment(weakest[1]) is None:
+                return      # the least bound can rise no more
+            while not runs.waiting():       # every programme has a core: the next weakest order takes its moment
+                open_ = [leaf for leaf, run in leaves.items() if run is None and next_moment(leaf[1]) is not None
+                         and np.isfinite(leaf[0]) and (reach is None or leaf[0] < reach)]
+                if not open_:
+                    break
+                leaf = min(open_, key=key)
+                y = next_moment(leaf[1])
+                orders = _places(anc, leaf[1], y)
+                leaves[leaf] = y, orders, [runs.add(_coupled(spec, d, list(o), needed, dst, anc, single,
+                                                             between=between)[0]) for o in orders]
+            runs.step()
+    from .milp import _join  # waits for a worker: the first Ctrl-C sets `stop`, a second raises
+
+    failed: list[BaseException] = []
+    with _Runs(t0 + seconds, reach, stop, sub_mips=False) as runs:
+        worker = threading.Thread(target=search, args=(runs,), daemon=True)
+        worker.start()
+        _join(worker, stop)
+    if failed:
+        raise failed[0]
+    for leaf, run in list(leaves.items()):     # stopped: each programme's value is its dual bound so far
+        if run is not None:
+            settle(leaf, [runs.value(i) for i in run[2]])
+    return min(leaves, key=key)
 
 
 def _places(anc: dict, seq: Sequence, m) -> list:
@@ -1064,51 +1111,101 @@ def _precedes(anc: dict, a, b) -> bool:
     return bool(anc[b][a]) or (isinstance(b, tuple) and b[0] == a)
 
 
+class _Runs:
+    """Integer programmes (`_solve` with `cutoff`, until the perf_counter time `until`) on the cores, one run each
+    at a time; programmes added while others run wait for a free core. A core that nothing waits for takes a copy
+    of a programme still running, under another random seed, and the first of its runs to finish gives its value
+    (the others stop): branch and bound times vary with the seed by up to twice (the 3-layer GPT-2 at 30% of its
+    keep-everything memory, one order of 4 moments: 18-35 s). `stop` set, `until` passed, or the runs closed:
+    each programme's value is the best dual bound of its runs. `sub_mips`: as `_solve`'s. A context manager: on
+    exit every run is asked to stop and waited for."""
+
+    def __init__(self, until: float, cutoff: float | None, stop: threading.Event, sub_mips: bool = True):
+        self.until, self.cutoff, self.stop, self.sub_mips = until, cutoff, stop, sub_mips
+        self.cores = os.cpu_count() or 1
+        self.pool = ThreadPoolExecutor(self.cores)     # HiGHS frees the GIL
+        self.problems: list = []
+        self.runs: list[list] = []
+        self.ends: list[threading.Event] = []      # set: that programme's runs stop
+        self.first: list = []                       # the run that finished first, per programme
+        self.queue: list[int] = []                  # programmes not started yet, in the order added
+
+    def __enter__(self) -> _Runs:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for end in self.ends:
+            end.set()
+        self.queue.clear()
+        self.pool.shutdown(wait=True)
+
+    def add(self, problem) -> int:
+        """Queue a programme; its index."""
+        self.problems.append(problem)
+        self.runs.append([])
+        self.ends.append(threading.Event())
+        self.first.append(None)
+        self.queue.append(len(self.problems) - 1)
+        return len(self.problems) - 1
+
+    def waiting(self) -> int:
+        return len(self.queue)
+
+    def solved(self, i: int) -> bool:
+        return self.first[i] is not None
+
+    def value(self, i: int) -> float:
+        """Programme i's value: its first finished run's, else the best dual bound of its runs (0 if none ran);
+        the caller has the runs stopped first (`stop`, `until` or the exit)."""
+        if self.first[i] is not None:
+            return self.first[i].result()
+        return max((r.result() for r in self.runs[i]), default=0.0)
+
+    def _start(self, i: int) -> None:
+        self.runs[i].append(self.pool.submit(_solve, self.problems[i], True, self.until - time.perf_counter(),
+                                             cutoff=self.cutoff, stop=self.ends[i], seed=len(self.runs[i]),
+                                             sub_mips=self.sub_mips))
+
+    def step(self) -> bool:
+        """Note the runs finished, start what the free cores can take, and wait a little for the next to finish:
+        False when nothing runs or waits any more, `until` has passed, or `stop` is set."""
+        for i, rs in enumerate(self.runs):
+            if self.first[i] is None and (f := next((f for f in rs if f.done()), None)) is not None:
+                self.first[i] = f
+                self.ends[i].set()
+        if self.stop.is_set() or time.perf_counter() >= self.until:
+            return False
+        running = [f for rs in self.runs for f in rs if not f.done()]
+        while self.queue and len(running) < self.cores:
+            i = self.queue.pop(0)
+            self._start(i)
+            running.append(self.runs[i][-1])
+        if not running:
+            return False
+        open_ = [i for i, rs in enumerate(self.runs) if self.first[i] is None and rs]
+        if len(running) < self.cores and open_ and self.until - time.perf_counter() > 0.1:
+            self._start(min(open_, key=lambda i: len(self.runs[i])))
+        else:
+            wait(running, timeout=0.05, return_when=FIRST_COMPLETED)
+        return True
+
+
 def _side_by_side(problems: list, seconds: float, cutoff: float | None, stop: threading.Event,
                   sub_mips: bool = True) -> list[float]:
-    """Each integer programme's value (`_solve` with `cutoff`), a core each. A core that one leaves idle takes a
-    copy of one still running under another random seed, and the first of its runs to finish gives its value (the
-    others stop): branch and bound times vary with the seed by up to twice (the 3-layer GPT-2 at 30% of its
-    keep-everything memory, one order of 4 moments: 18-35 s). `stop` set, or `seconds` passed: each value is the
-    best dual bound of its runs. `sub_mips`: as `_solve`'s."""
+    """Each integer programme's value (`_solve` with `cutoff`), on the cores (`_Runs`, for `seconds`)."""
     from .milp import _join  # waits for a worker: the first Ctrl-C sets `stop`, a second raises
 
-    until = time.perf_counter() + seconds
-    cores = os.cpu_count() or 1
-    ends = [threading.Event() for _ in problems]       # set: that programme's runs stop
-    runs: list[list] = [[] for _ in problems]
-    first: list = [None] * len(problems)               # the run that finished first, per programme
-
-    with ThreadPoolExecutor(max(len(problems), cores)) as pool:     # HiGHS frees the GIL
-
-        def start(i: int) -> None:
-            runs[i].append(pool.submit(_solve, problems[i], True, until - time.perf_counter(), cutoff=cutoff,
-                                       stop=ends[i], seed=len(runs[i]), sub_mips=sub_mips))
+    with _Runs(time.perf_counter() + seconds, cutoff, stop, sub_mips) as runs:
+        ids = [runs.add(p) for p in problems]
 
         def drive() -> None:
-            for i in range(len(problems)):
-                start(i)
-            while not stop.is_set():
-                for i, rs in enumerate(runs):
-                    if first[i] is None and (f := next((f for f in rs if f.done()), None)) is not None:
-                        first[i] = f
-                        ends[i].set()
-                open_ = [i for i in range(len(problems)) if first[i] is None]
-                running = [f for rs in runs for f in rs if not f.done()]
-                if not open_:
-                    break
-                if len(running) < cores and until - time.perf_counter() > 0.1:
-                    start(min(open_, key=lambda i: len(runs[i])))
-                else:
-                    wait(running, timeout=0.05, return_when=FIRST_COMPLETED)
-            for end in ends:
-                end.set()
-            wait([f for rs in runs for f in rs])
+            while runs.step():
+                pass
 
-        waiting = threading.Thread(target=drive, daemon=True)
-        waiting.start()
-        _join(waiting, stop)
-    return [f.result() if f is not None else max(r.result() for r in rs) for f, rs in zip(first, runs, strict=True)]
+        worker = threading.Thread(target=drive, daemon=True)
+        worker.start()
+        _join(worker, stop)
+    return [runs.value(i) for i in ids]
 
 
 def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
