@@ -1372,6 +1372,24 @@ def test_an_order_that_reaches_the_target_takes_no_more_moments(monkeypatch):
     assert sorted(set(solved)) == [(0, 1), (1, 0), (1, 0, 2), (2, 1, 0)]
 
 
+def test_a_weaker_order_s_programmes_start_before_those_queued_for_a_stronger_one(monkeypatch):
+    # one core: (0, 1) at 1.0 takes moment 2 first, then (1, 0) at 2.0 while (0, 1)'s last programme runs; (0, 1, 2)
+    # at 1.5 then takes moment 3, and its programmes start before (1, 0)'s that still wait, as in a search that
+    # takes the weakest order each time: where the time runs out, the bound is the weakest order's
+    solved = []
+
+    def fake(problem, integer, seconds, point=False, cutoff=None, stop=None, seed=0, sub_mips=True):
+        solved.append(problem)
+        return {(0, 1): 1.0, (1, 0): 2.0, (0, 1, 2): 1.5}.get(problem, 10.0)
+
+    _fake_orders(monkeypatch, fake)
+    monkeypatch.setattr(bounds.os, "cpu_count", lambda: 1)
+    val, _ = bounds._orders(None, 0, None, None, {}, {}, (0.0, (0,)), [1, 2, 3], 10.0, 60.0, threading.Event())
+    assert val == 10.0
+    assert solved[:4] == [(0, 1), (1, 0), (0, 1, 2), (2, 0, 1)]
+    assert solved.index((0, 1, 2, 3)) < solved.index((1, 0, 2)) and solved.index((3, 0, 1, 2)) < solved.index((1, 0, 2))
+
+
 def test_a_programme_that_cannot_be_built_stops_the_orders_with_its_error(monkeypatch):
     def broken(spec, d, order, *a, **k):
         raise ValueError("a bound's programme names a column it does not have")

@@ -116,7 +116,7 @@ moments first after `_reader`'s (at most _AGAIN, each with its y among the momen
 keep-everything memory, GELU's recomputation before the classifier's weight gradient, which reads the last layer
 norm's output. There every order that puts it before the loss's gradient has no point, and the others reach the
 target: the bound 1.5010x -> 1.5152x of keep-everything's time, within 1% of the schedule's 1.5305x, proven in
-the 60 s solve (its orders take 41-42 s, their programmes without HiGHS's sub-MIP heuristics: `_solve`'s
+the 60 s solve (its orders take 41-43 s, their programmes without HiGHS's sub-MIP heuristics: `_solve`'s
 `sub_mips`; and the next order takes its moment while the slowest programmes of the one before still run).
 
 Where many gradients are alike, their orders are too many to try, and `_latest` needs none: of the moments (v, w),
@@ -1006,8 +1006,12 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
     The next weakest order takes its next moment as soon as every programme of those before has a core, not
     after the last of them is solved: every order must reach `reach` for the proof, whichever goes first, and a
     core would otherwise wait for the slowest programme of each (BERT at 40% of its keep-everything memory: the
-    orders that prove its 1.5305x schedule within 1% take 41-42 s on two cores, not 48 s; their programmes take
-    82 s of one)."""
+    orders that prove its 1.5305x schedule within 1% take 41-43 s on two cores, not 48 s; their programmes take
+    82 s of one). Yet a weaker order's programmes start before those still waiting for a stronger one (`_Runs`'
+    rank), as in a search that takes the weakest each time: where the seconds run out, the bound is the weakest
+    order's, and it is then as far on as it can be (GPT-2 at 30% with a time limit of 180 s: 1.7239x of
+    keep-everything's time in two runs and in the code before, where a first-come queue gave 1.7177x in one
+    of three)."""
     t0 = time.perf_counter()
     _ancestors(spec, anc, moments)
     leaves = {start: None}      # order -> (the moment it takes, its orders, their programmes) while they run
@@ -1044,16 +1048,16 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
                 return
             if leaves[weakest] is None and next_moment(weakest[1]) is None:
                 return      # the least bound can rise no more
-            while not runs.waiting():       # every programme has a core: the next weakest order takes its moment
+            while True:     # the weakest order takes its moment where its programmes would be the next to start
                 open_ = [leaf for leaf, run in leaves.items() if run is None and next_moment(leaf[1]) is not None
                          and np.isfinite(leaf[0]) and (reach is None or leaf[0] < reach)]
-                if not open_:
+                leaf = min(open_, key=key, default=None)
+                if leaf is None or (runs.next_rank() is not None and key(leaf) >= runs.next_rank()):
                     break
-                leaf = min(open_, key=key)
                 y = next_moment(leaf[1])
                 orders = _places(anc, leaf[1], y)
                 leaves[leaf] = y, orders, [runs.add(_coupled(spec, d, list(o), needed, dst, anc, single,
-                                                             between=between)[0]) for o in orders]
+                                                             between=between)[0], key(leaf)) for o in orders]
             runs.step()
     from .milp import _join  # waits for a worker: the first Ctrl-C sets `stop`, a second raises
 
@@ -1113,7 +1117,8 @@ def _precedes(anc: dict, a, b) -> bool:
 
 class _Runs:
     """Integer programmes (`_solve` with `cutoff`, until the perf_counter time `until`) on the cores, one run each
-    at a time; programmes added while others run wait for a free core. A core that nothing waits for takes a copy
+    at a time; programmes added while others run wait for a free core, the least `rank` first (then the first
+    added). A core that nothing waits for takes a copy
     of a programme still running, under another random seed, and the first of its runs to finish gives its value
     (the others stop): branch and bound times vary with the seed by up to twice (the 3-layer GPT-2 at 30% of its
     keep-everything memory, one order of 4 moments: 18-35 s). `stop` set, `until` passed, or the runs closed:
@@ -1128,7 +1133,7 @@ class _Runs:
         self.runs: list[list] = []
         self.ends: list[threading.Event] = []      # set: that programme's runs stop
         self.first: list = []                       # the run that finished first, per programme
-        self.queue: list[int] = []                  # programmes not started yet, in the order added
+        self.queue: list[tuple] = []                # (rank, index) of the programmes not started yet
 
     def __enter__(self) -> _Runs:
         return self
@@ -1139,17 +1144,18 @@ class _Runs:
         self.queue.clear()
         self.pool.shutdown(wait=True)
 
-    def add(self, problem) -> int:
+    def add(self, problem, rank: tuple = ()) -> int:
         """Queue a programme; its index."""
         self.problems.append(problem)
         self.runs.append([])
         self.ends.append(threading.Event())
         self.first.append(None)
-        self.queue.append(len(self.problems) - 1)
+        bisect.insort(self.queue, (rank, len(self.problems) - 1))
         return len(self.problems) - 1
 
-    def waiting(self) -> int:
-        return len(self.queue)
+    def next_rank(self) -> tuple | None:
+        """The rank of the programme that starts next, or None where none waits."""
+        return self.queue[0][0] if self.queue else None
 
     def solved(self, i: int) -> bool:
         return self.first[i] is not None
@@ -1167,17 +1173,22 @@ class _Runs:
                                              sub_mips=self.sub_mips))
 
     def step(self) -> bool:
-        """Note the runs finished, start what the free cores can take, and wait a little for the next to finish:
-        False when nothing runs or waits any more, `until` has passed, or `stop` is set."""
+        """Note the programmes solved since (and return at once where there are any, so that the caller may queue
+        more before a core takes the next), else start what the free cores can take and wait a little for the next
+        to finish: False when nothing runs or waits any more, `until` has passed, or `stop` is set."""
+        solved = False
         for i, rs in enumerate(self.runs):
             if self.first[i] is None and (f := next((f for f in rs if f.done()), None)) is not None:
                 self.first[i] = f
                 self.ends[i].set()
+                solved = True
         if self.stop.is_set() or time.perf_counter() >= self.until:
             return False
+        if solved:
+            return True
         running = [f for rs in self.runs for f in rs if not f.done()]
         while self.queue and len(running) < self.cores:
-            i = self.queue.pop(0)
+            _, i = self.queue.pop(0)
             self._start(i)
             running.append(self.runs[i][-1])
         if not running:
