@@ -1118,12 +1118,11 @@ def _precedes(anc: dict, a, b) -> bool:
 class _Runs:
     """Integer programmes (`_solve` with `cutoff`, until the perf_counter time `until`) on the cores, one run each
     at a time; programmes added while others run wait for a free core, the least `rank` first (then the first
-    added). A core that nothing waits for takes a copy
-    of a programme still running, under another random seed, and the first of its runs to finish gives its value
-    (the others stop): branch and bound times vary with the seed by up to twice (the 3-layer GPT-2 at 30% of its
-    keep-everything memory, one order of 4 moments: 18-35 s). `stop` set, `until` passed, or the runs closed:
-    each programme's value is the best dual bound of its runs. `sub_mips`: as `_solve`'s. A context manager: on
-    exit every run is asked to stop and waited for."""
+    added). A core that nothing waits for takes a copy of a programme still running, under another random seed,
+    and the first of its runs to finish gives its value (the others stop): branch and bound times vary with the
+    seed by up to twice (the 3-layer GPT-2 at 30% of its keep-everything memory, one order of 4 moments:
+    18-35 s). `stop` set, `until` passed, or the runs closed: each programme's value is the best dual bound of its
+    runs. `sub_mips`: as `_solve`'s. A context manager: on exit every run is asked to stop and waited for."""
 
     def __init__(self, until: float, cutoff: float | None, stop: threading.Event, sub_mips: bool = True):
         self.until, self.cutoff, self.stop, self.sub_mips = until, cutoff, stop, sub_mips
