@@ -752,8 +752,6 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
     over 16 moments HiGHS gets no further than the LP (the transformer at 45% of its keep-everything memory: the
     ReLU backward of each layer and the attention's gradient sum between them, with the loss's, 1.2559x -> 1.2807x
     of keep-everything's time)."""
-    from .milp import _join
-
     t0 = time.perf_counter()
     best, chain = start
     top = start                                 # the largest bound so far, and its chain
@@ -780,9 +778,7 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
         while best < reach and not stop.is_set() and time.perf_counter() - t0 < seconds:
             tried = [y for y in cands[:tier] if y not in chain and y not in failed and _placeable(anc, chain, y)]
             runs = [pool.submit(bound, y) for y in tried]
-            waiting = threading.Thread(target=wait, args=(runs,), daemon=True)
-            waiting.start()
-            _join(waiting, stop)        # a Ctrl-C sets `stop`: the programmes running stop at once
+            _watched(stop, wait, runs)      # a Ctrl-C sets `stop`: the programmes running stop at once
             vals = [f.result() for f in runs]
             if not vals or max(vals)[0] <= best * (1 + 1e-9):
                 if tier < len(cands):
@@ -1033,12 +1029,6 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
         leaves.update(((max(v, val), o), None) for v, o in zip(vals, orders, strict=True))
 
     def search(runs) -> None:
-        try:
-            expand(runs)
-        except BaseException as e:      # noqa: BLE001 -- raised again in the caller's thread
-            failed.append(e)
-
-    def expand(runs) -> None:
         while not stop.is_set() and time.perf_counter() - t0 < seconds:
             for leaf, run in list(leaves.items()):
                 if run is not None and all(runs.solved(i) for i in run[2]):
@@ -1051,23 +1041,17 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
             while True:     # the weakest order takes its moment where its programmes would be the next to start
                 open_ = [leaf for leaf, run in leaves.items() if run is None and next_moment(leaf[1]) is not None
                          and np.isfinite(leaf[0]) and (reach is None or leaf[0] < reach)]
-                leaf = min(open_, key=key, default=None)
-                if leaf is None or (runs.next_rank() is not None and key(leaf) >= runs.next_rank()):
+                leaf, queued = min(open_, key=key, default=None), runs.next_rank()
+                if leaf is None or (queued is not None and key(leaf) >= queued):
                     break
                 y = next_moment(leaf[1])
                 orders = _places(anc, leaf[1], y)
                 leaves[leaf] = y, orders, [runs.add(_coupled(spec, d, list(o), needed, dst, anc, single,
                                                              between=between)[0], key(leaf)) for o in orders]
             runs.step()
-    from .milp import _join  # waits for a worker: the first Ctrl-C sets `stop`, a second raises
 
-    failed: list[BaseException] = []
     with _Runs(t0 + seconds, reach, stop, sub_mips=False) as runs:
-        worker = threading.Thread(target=search, args=(runs,), daemon=True)
-        worker.start()
-        _join(worker, stop)
-    if failed:
-        raise failed[0]
+        _watched(stop, search, runs)
     for leaf, run in list(leaves.items()):     # stopped: each programme's value is its dual bound so far
         if run is not None:
             settle(leaf, [runs.value(i) for i in run[2]])
@@ -1203,8 +1187,6 @@ class _Runs:
 def _side_by_side(problems: list, seconds: float, cutoff: float | None, stop: threading.Event,
                   sub_mips: bool = True) -> list[float]:
     """Each integer programme's value (`_solve` with `cutoff`), on the cores (`_Runs`, for `seconds`)."""
-    from .milp import _join  # waits for a worker: the first Ctrl-C sets `stop`, a second raises
-
     with _Runs(time.perf_counter() + seconds, cutoff, stop, sub_mips) as runs:
         ids = [runs.add(p) for p in problems]
 
@@ -1212,10 +1194,28 @@ def _side_by_side(problems: list, seconds: float, cutoff: float | None, stop: th
             while runs.step():
                 pass
 
-        worker = threading.Thread(target=drive, daemon=True)
-        worker.start()
-        _join(worker, stop)
+        _watched(stop, drive)
     return [runs.value(i) for i in ids]
+
+
+def _watched(stop: threading.Event, work: Callable, *args) -> None:
+    """`work(*args)` on a worker thread while this one waits for it (`milp._join`): the first Ctrl-C sets `stop`, which
+    the HiGHS runs poll, and a second raises; an error in `work` is raised again here."""
+    from .milp import _join
+
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work(*args)
+        except BaseException as e:      # noqa: BLE001 -- raised again in the caller's thread
+            failed.append(e)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    _join(worker, stop)
+    if failed:
+        raise failed[0]
 
 
 def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
