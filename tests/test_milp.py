@@ -399,6 +399,7 @@ def _rounding_makes_no_room(monkeypatch):
     P = importlib.import_module("optsched.solvers.polish")
     monkeypatch.setattr(importlib.import_module("optsched.solvers.rounding"), "keep_instead_of_recompute",
                         functools.partial(P.keep_instead_of_recompute, make_room=False))
+    monkeypatch.setattr(importlib.import_module("optsched.solvers.apart"), "IN_CHILD", False)    # the LP's too
 
 
 def test_with_two_threads_the_models_run_side_by_side_and_the_plain_proof_stops_the_other(monkeypatch):
@@ -914,13 +915,42 @@ def test_a_highs_run_that_ignores_the_ctrl_c_is_abandoned_and_the_best_schedule_
     assert slept
 
 
-def test_a_ctrl_c_beside_lp_roundings_worker_stops_it_and_does_not_wait_for_it(monkeypatch):
-    # the LP's roundings run in a worker while this thread finds the bounds; a Ctrl-C there (`stop` set) hands
-    # the worker the same event, and the candidates go on with the bound's plans' roundings after _STOP_GRACE at most
+def test_a_ctrl_c_beside_lp_roundings_child_ends_it_at_once(monkeypatch):
+    # the LP's roundings run in a child process while this thread finds the bounds; a Ctrl-C there (`stop` set)
+    # ends the child at once, and the candidates go on with the bound's plans' roundings (none here)
     M = importlib.import_module("optsched.solvers.milp")
     R = importlib.import_module("optsched.solvers.rounding")
     g, cl = _interrupt_case()
     monkeypatch.setattr(M.os, "cpu_count", lambda: 2)
+    children = []
+
+    class Slow(M.Apart):        # a child that would take a minute
+        def __init__(self, *args, **kw):
+            super().__init__(time.sleep, 60)
+            children.append(self)
+
+    def plans(graph, cluster, options):
+        assert not options.params.get("lp", True)       # the bound's plans only, here
+        return None
+
+    monkeypatch.setattr(M, "Apart", Slow)
+    monkeypatch.setattr(R, "lp_rounding", plans)
+    stop = threading.Event()
+    t = time.perf_counter()
+    out = M._roundings(g, cl, SolveOptions(time_limit=60), 0.5, [], beside=lambda base: stop.set(), stop=stop)
+    assert out == [] and time.perf_counter() - t < 5
+    (child,) = children
+    assert child.in_child and not child.thread.is_alive() and child._proc.returncode is not None
+
+
+def test_a_ctrl_c_beside_lp_roundings_thread_stops_it_and_does_not_wait_for_it(monkeypatch):
+    # where no child process runs it, the LP's roundings run in a worker thread, handed the same `stop`: a Ctrl-C
+    # there stops it after its LP solve under way, and the candidates go on after _STOP_GRACE at most
+    M = importlib.import_module("optsched.solvers.milp")
+    R = importlib.import_module("optsched.solvers.rounding")
+    g, cl = _interrupt_case()
+    monkeypatch.setattr(M.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(importlib.import_module("optsched.solvers.apart"), "IN_CHILD", False)
     told = []
 
     def slow_lp(graph, cluster, options):

@@ -258,15 +258,17 @@ def test_the_bounds_plans_alone_give_a_schedule_without_the_lp(monkeypatch):
 
 
 def test_the_milp_uses_the_core_the_lp_leaves_idle(monkeypatch):
-    # with `beside`, the LP's roundings run in a worker thread while this one rounds the bound's plans and calls
-    # `beside` with them: the LP waits here until `beside` has run, so one after the other it would time out
+    # with `beside`, the LP's roundings run beside this thread (here in a worker thread, as where no child process
+    # can run them: a child would not see the LP held below) while this one rounds the bound's plans and calls
+    # `beside` with them: the LP waits until `beside` has run, so one after the other it would time out
     import importlib
     import threading
 
-    from optsched.solvers import rounding
+    from optsched.solvers import apart, rounding
 
     M = importlib.import_module("optsched.solvers.milp")
     monkeypatch.setattr(M.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(apart, "IN_CHILD", False)
     real, waited, seen = _Relaxation.solve, [], []
     called = threading.Event()
 
@@ -288,6 +290,31 @@ def test_the_milp_uses_the_core_the_lp_leaves_idle(monkeypatch):
     assert seen and "lp-rounding of the bound's plans" in seen[0] and "lp-rounding" not in seen[0]
     assert {"lp-rounding", "lp-rounding of the bound's plans"} <= set(names)
     assert all(r.valid for name, _, r in found if name.startswith("lp-rounding"))
+
+
+def test_the_lps_roundings_come_back_from_a_child_process(monkeypatch):
+    # two cores: the LP's roundings run in a child process (Python work that a thread would run on this one's core)
+    import importlib
+
+    M = importlib.import_module("optsched.solvers.milp")
+    monkeypatch.setattr(M.os, "cpu_count", lambda: 2)
+    children = []
+
+    class Recorded(M.Apart):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            children.append(self)
+
+    monkeypatch.setattr(M, "Apart", Recorded)
+    g = random_training_graph(40, 1, window=2)
+    cl = one_gpu(int(0.6 * _ke(g).peak["gpu0"]))
+    found = M._candidates(g, cl, SolveOptions(swap=False, time_limit=60, threads=1), lambda base: None)
+    (child,) = children
+    assert child.in_child and child._proc.returncode == 0
+    rounded = {name: (s, r) for name, s, r in found if name.startswith("lp-rounding")}
+    assert set(rounded) == {"lp-rounding", "lp-rounding of the bound's plans"}
+    s, r = rounded["lp-rounding"]
+    assert r.valid and s.report.solver == "lp-rounding" and s.report.extra["seed"] == "lp"
 
 
 def test_a_stop_set_ends_the_call_after_its_lp_without_rounding():

@@ -196,6 +196,7 @@ from ..graph import Graph, memory_lower_bound
 from ..schedule import Copy, Schedule, SolveReport
 from ..simulate import describe, simulate
 from ..units import format_size
+from .apart import Apart, ChildLost
 from .bounds import (
     _SECONDS,
     blocking_moments,
@@ -312,11 +313,12 @@ def _make_candidates(graph, cluster, options, beside, out: list, found=None, sto
 
 
 def _roundings(graph, cluster, options, share, base, beside=None, stop: threading.Event | None = None) -> list:
-    """lp-rounding's schedules as candidates. With `beside` and a core to spare, its LP's roundings run in a worker
-    thread while this one rounds the lower bound's plans (`params["lp"]` False), then calls `beside(base and
-    those)`: the LP keeps one core for seconds on large graphs (the 3-layer GPT-2 at 30% of its
-    keep-everything memory: 4 s, `rounding._Relaxation`), time the MILP's bounds use instead. A Ctrl-C (`stop` set)
-    is not kept waiting for the worker, which ends after the LP solve under way: the plans' roundings stand."""
+    """lp-rounding's schedules as candidates. With `beside` and a core to spare, its LP's roundings run in a child
+    process (`apart.Apart`: both are Python work, which two threads would run on one core) while this one rounds
+    the lower bound's plans (`params["lp"]` False), then calls `beside(base and those)`: the LP keeps one core for
+    seconds on large graphs (the 3-layer GPT-2 at 30% of its keep-everything memory: 4 s,
+    `rounding._Relaxation`), time the MILP's bounds use instead. A Ctrl-C (`stop` set) ends the child at once (where
+    it runs in a thread instead, after the LP solve under way): the plans' roundings stand."""
     from . import rounding
 
     def named(name, s):
@@ -327,33 +329,33 @@ def _roundings(graph, cluster, options, share, base, beside=None, stop: threadin
         return named("lp-rounding", _candidate(graph, cluster, options, rounding.lp_rounding, share, stageable))
     own = stop is None      # no caller to tell of a Ctrl-C through `stop`: it goes on up
     stop = stop or threading.Event()
-    got: dict = {}
-
-    def run():
-        try:
-            got["s"] = _candidate(graph, cluster, options, rounding.lp_rounding, share,
-                                  {**stageable, "seeds": 0, "stop": stop})
-        except BaseException as e:      # raised again in the calling thread
-            got["error"] = e
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
+    lp = {**stageable, "seeds": 0}
+    child = Apart(_candidate, graph, cluster, replace(options, progress=None, warm_start=None, params={}),
+                  rounding.lp_rounding, share, lp,
+                  here=lambda: _candidate(graph, cluster, options, rounding.lp_rounding, share, {**lp, "stop": stop}))
+    ended = False
     try:
         plans = named("lp-rounding of the bound's plans",
                       _candidate(graph, cluster, options, rounding.lp_rounding, share, {**stageable, "lp": False}))
         beside(base + plans)
-    except KeyboardInterrupt:       # the worker stops too (after its LP solve under way), and is not waited for
+        ended = _join(child.thread, stop, after_stop=0.0 if child.in_child else _STOP_GRACE)
+    except KeyboardInterrupt:
         stop.set()
-        _abandon(worker)
         raise
-    if not _join(worker, stop, after_stop=_STOP_GRACE):     # a Ctrl-C: the plans' schedules stand
-        _abandon(worker)
+    finally:
+        if not ended:
+            child.stop()
+    if not ended:     # a Ctrl-C: the plans' schedules stand (a thread that overran it ends on its own)
+        if not child.in_child:
+            _abandon(child.thread)
         if own:
             raise KeyboardInterrupt
         return plans
-    if "error" in got:
-        raise got["error"]
-    return named("lp-rounding", got["s"]) + plans
+    try:
+        lp = child.result()
+    except ChildLost:       # the child died (its stderr says why): the plans' roundings stand
+        lp = None
+    return named("lp-rounding", lp) + plans
 
 
 def _host(cluster, options) -> str | None:
