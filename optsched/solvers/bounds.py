@@ -116,8 +116,9 @@ moments first after `_reader`'s (at most _AGAIN, each with its y among the momen
 keep-everything memory, GELU's recomputation before the classifier's weight gradient, which reads the last layer
 norm's output. There every order that puts it before the loss's gradient has no point, and the others reach the
 target: the bound 1.5010x -> 1.5152x of keep-everything's time, within 1% of the schedule's 1.5305x, proven in
-the 60 s solve (its orders take 41-43 s, their programmes without HiGHS's sub-MIP heuristics: `_solve`'s
-`sub_mips`; and the next order takes its moment while the slowest programmes of the one before still run).
+the 60 s solve in a quiet hour (its orders take 41-58 s from run to run, their programmes without HiGHS's
+sub-MIP heuristics: `_solve`'s `sub_mips`; and the next order takes its moment while the slowest programmes of the
+one before still run).
 
 Where many gradients are alike, their orders are too many to try, and `_latest` needs none: of the moments (v, w),
 one per weight gradient w of a group, take whichever comes last. Every other gradient of the group was computed
