@@ -27,7 +27,7 @@ from optsched.formats.importers import example_graph_path, import_graph
 from optsched.graph import Graph, Node, check_graph, largest_operation, memory_lower_bound
 from optsched.schedule import Compute, Copy, Schedule
 from optsched.simulate import simulate
-from optsched.solvers import SolveOptions, get_solver, solve
+from optsched.solvers import SOLVERS, SolveOptions, get_solver, solve
 from optsched.solvers import baselines as B
 from optsched.solvers.milp import highs_model, prepare
 from optsched.solvers.milp_model import (
@@ -80,6 +80,22 @@ def test_milp_valid_and_no_worse_than_baselines(nf, seed, frac, host, stats):
             continue
         if b.valid:
             assert r.makespan <= b.makespan * (1 + 1e-9), fn.__name__
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nf=st.integers(2, 4), seed=st.integers(0, 10**6), frac=st.floats(0.3, 1.0),
+       solver=st.sampled_from(sorted(set(SOLVERS) - {"pulp"})))
+def test_without_swapping_no_solver_copies_into_host_memory(nf, seed, frac, solver):
+    # swap=False (--no-swap): every solver either refuses, finds nothing, or returns a schedule that copies nothing
+    # into the host's memory, the host computing or not
+    g = generate.random_training_graph(nf, seed)
+    lb, ke = memory_lower_bound(g), ke_peak(g)
+    cl = single_accelerator(lb + int(frac * (ke - lb)))
+    try:
+        s = solve(g, cl, solver, SolveOptions(time_limit=5, threads=2, swap=False))
+    except OptschedError:
+        return
+    assert not [i for i in s.instructions if isinstance(i, Copy) and cl.device(i.dst).kind == "cpu"], solver
 
 
 # ------------------------------------------------------------------ known cases
@@ -1127,6 +1143,19 @@ def test_a_device_idle_across_stages_takes_work_off_the_critical_path_outside_th
     assert own.objective == pytest.approx(85e-6) and not own.extra.get("polished")
     kept = solve(g, cl, "milp", replace(opts, params={"host_compute": False}))
     assert not any(isinstance(i, Compute) and i.device == "host" for i in kept.instructions)
+
+
+def test_without_swapping_the_polish_copies_nothing_into_host_memory():
+    # example:tiny at 1.1 MB, one GPU and the host, swapping off: the model copies nothing into host memory, and
+    # the polish that moves work onto an idle device must not either (it once had the host compute g_w2 from
+    # copies of a1 and g_h2, 77 us, under --no-swap)
+    g = import_graph(example_graph_path("tiny"))
+    cl = single_accelerator(1_100_000)
+    s = solve(g, cl, "milp", SolveOptions(time_limit=30, threads=2, swap=False))
+    sim = simulate(g, cl, s)
+    assert sim.valid and s.report.status == "optimal"
+    assert not any(isinstance(i, Copy) and cl.device(i.dst).kind == "cpu" for i in s.instructions)
+    assert s.report.objective == pytest.approx(85e-6)     # the GPU alone, as keep-everything
 
 
 def _ctrl_c_at_polish(monkeypatch, which: int) -> list:

@@ -833,7 +833,8 @@ def _polished(graph, cluster, options, spec, sched, res, floor, status, deadline
     heuristic planned in the graph's order, 4.96x -> 1.81x. Each stage takes as long as its slowest device, so
     where several devices compute, one may take an operation off another's critical path across stages
     (`polish.offload`, over the devices `spec` lets compute: `example:tiny` at 1.1 MB, 85 us -> 77 us, the longest
-    chain). Not after Ctrl-C, nor with params {"polish": False}."""
+    chain; without swapping, not the host, as the model copies nothing into host memory then). Not after Ctrl-C,
+    nor with params {"polish": False}."""
     if (deadline is None or not _polish_time(options) or status == "interrupted"
             or (_gap(res.makespan, floor) or 0.0) <= options.gap):
         return None
@@ -842,7 +843,8 @@ def _polished(graph, cluster, options, spec, sched, res, floor, status, deadline
         out, r = keep_instead_of_recompute(graph, cluster, sched, deadline=deadline)
         if not r.valid:
             out, r = sched, res
-    devices = tuple(name for name, row in zip(spec.dev_names, spec.ccost, strict=True) if np.isfinite(row).any())
+    devices = tuple(name for name, row in zip(spec.dev_names, spec.ccost, strict=True)
+                    if np.isfinite(row).any() and (options.swap or cluster.device(name).kind != "cpu"))
     if len(devices) > 1:
         # stopped a tenth of the polish's seconds early, for the checks of its result that follow (BERT-L3 on 2
         # GPUs and the host at 90% of its keep-everything memory, offloading until the deadline: the benchmark's
