@@ -144,6 +144,12 @@ def test_a_budget_as_a_share_of_the_keep_everything_peak(capsys, graph_file):
     assert code == 2 and "cannot read --mem 'half%'" in err
 
 
+def test_solve_with_a_recomputing_solver_and_no_recompute_says_why(capsys, graph_file):
+    code, out, err = run(capsys, "solve", graph_file, "--mem", "8MB", "--solver", "dtr", "--no-recompute")
+    assert code != 0 and not out and "Traceback" not in err
+    assert "dtr drops activations and computes them again" in err and "--no-recompute" in err
+
+
 def test_solve_that_does_not_fit_writes_nothing(capsys, graph_file, tmp_path):
     out_file = tmp_path / "s.json"
     code, _, err = run(capsys, "solve", graph_file, "--mem", "5MB", "--solver", "keep-everything", "-o", out_file)

@@ -120,6 +120,16 @@ def test_heuristic_fits_where_keep_everything_does_not():
         assert r.valid and r.peak["gpu0"] <= cl.devices[0].memory
 
 
+@pytest.mark.parametrize("name", ["chen-sqrt", "chen-greedy", "articulation", "dtr", "lp-rounding"])
+def test_a_solver_that_recomputes_by_design_refuses_recomputation_off(name):
+    # --no-recompute is never silently ignored: dtr and chen-sqrt once returned schedules that recomputed
+    g = chain_graph(10)
+    cl = single_accelerator(10**9)
+    with pytest.raises(OptschedError, match="recomputation off") as e:
+        SOLVERS[name](g, cl, SolveOptions(recompute=False))
+    assert name in str(e.value) and "--no-recompute" in e.value.hint
+
+
 def test_offload_all_swaps_every_activation_and_hides_transfers():
     g = chain_graph(20, act_bytes=1_000_000, cost=1e-3)
     cl = single_accelerator(8_000_000)

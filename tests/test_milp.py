@@ -82,20 +82,24 @@ def test_milp_valid_and_no_worse_than_baselines(nf, seed, frac, host, stats):
             assert r.makespan <= b.makespan * (1 + 1e-9), fn.__name__
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nf=st.integers(2, 4), seed=st.integers(0, 10**6), frac=st.floats(0.3, 1.0),
-       solver=st.sampled_from(sorted(set(SOLVERS) - {"pulp"})))
-def test_without_swapping_no_solver_copies_into_host_memory(nf, seed, frac, solver):
-    # swap=False (--no-swap): every solver either refuses, finds nothing, or returns a schedule that copies nothing
-    # into the host's memory, the host computing or not
+       solver=st.sampled_from(sorted(set(SOLVERS) - {"pulp"})), off=st.sampled_from(["swap", "recompute"]))
+def test_no_solver_does_what_the_options_turn_off(nf, seed, frac, solver, off):
+    # swap=False (--no-swap) or recompute=False (--no-recompute): every solver either refuses, finds nothing, or
+    # returns a schedule that copies nothing into the host's memory (the host computing or not), or that computes
+    # nothing twice
     g = generate.random_training_graph(nf, seed)
     lb, ke = memory_lower_bound(g), ke_peak(g)
     cl = single_accelerator(lb + int(frac * (ke - lb)))
     try:
-        s = solve(g, cl, solver, SolveOptions(time_limit=5, threads=2, swap=False))
+        s = solve(g, cl, solver, SolveOptions(time_limit=5, threads=2, **{off: False}))
     except OptschedError:
         return
-    assert not [i for i in s.instructions if isinstance(i, Copy) and cl.device(i.dst).kind == "cpu"], solver
+    if off == "swap":
+        assert not [i for i in s.instructions if isinstance(i, Copy) and cl.device(i.dst).kind == "cpu"], solver
+    else:
+        assert simulate(g, cl, s).recomputed == 0, solver
 
 
 # ------------------------------------------------------------------ known cases

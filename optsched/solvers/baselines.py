@@ -26,7 +26,7 @@ from ..graph import KINDS, Graph
 from ..schedule import Schedule, SolveReport
 from ..units import format_size
 from .nofit import not_found
-from .options import SolveOptions
+from .options import SolveOptions, recomputing
 from .sequential import pick_device, sequential_instructions
 
 _FORWARD = KINDS.index("forward")
@@ -62,6 +62,7 @@ def keep_everything_peak(graph: Graph) -> int:
 
 def chen_sqrt(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
     t0 = time.perf_counter()
+    recomputing("chen-sqrt", options)
     dev = pick_device(graph, cluster, options.device)
     a = graph.arrays
     topo = a.topo.tolist()
@@ -305,6 +306,7 @@ def chen_greedy(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
     searched for the fastest schedule that fits the device (params["budget"]
     fixes it)."""
     t0 = time.perf_counter()
+    recomputing("chen-greedy", options)
     _need_backward(graph, "chen-greedy")
     return _best_fitting(graph, cluster, "chen-greedy", options, None, t0)
 
@@ -330,6 +332,7 @@ def articulation(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOp
     baseline): only cut vertices may be kept, chosen by Chen's greedy
     segmenting; keeping all of them is one of the candidates."""
     t0 = time.perf_counter()
+    recomputing("articulation", options)
     _need_backward(graph, "articulation")
     aps = articulation_points(graph)
     return _best_fitting(graph, cluster, "articulation", options, aps, t0, extra={"articulation_points": len(aps)})

@@ -41,7 +41,7 @@ from ..schedule import Schedule, SolveReport
 from ..simulate import simulate
 from .memplan import VARIANTS, find_host, plan
 from .nofit import not_found
-from .options import SolveOptions
+from .options import SolveOptions, recomputing
 from .partition import metf as metf_place
 from .partition import node_time_on, pardnn, placement_devices
 from .polish import drop_unread_copies
@@ -238,6 +238,7 @@ def offload_all(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOpt
 
 def dtr(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
     t0 = time.perf_counter()
+    recomputing("dtr", options)
     place, order, est = _single_device_inputs(graph, cluster, options)
     return _checked(graph, cluster, "dtr", options,
                     lambda s, v: plan(graph, cluster, place, order, est, policy="dtr",

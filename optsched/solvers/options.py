@@ -43,6 +43,15 @@ class SolveOptions:
                                     hint=_HINTS[name])
 
 
+def recomputing(name: str, options: SolveOptions) -> None:
+    """Refuses, by name, a solver that recomputes by design where `options` forbid recomputation (--no-recompute),
+    rather than returning a schedule that recomputes all the same."""
+    if not options.recompute:
+        raise OptschedError(f"{name} drops activations and computes them again: it cannot run with recomputation off",
+                            hint="drop --no-recompute, or pick a solver that can run without it (keep-everything, "
+                                 "offload-all, heuristic, milp)")
+
+
 _HINTS = {"time_limit": "seconds of solver wall time, e.g. 60",
           "gap": "the relative gap to the bound at which to stop: 0.01 (or 1%) for 1%, 0 to prove optimality",
           "threads": "leave it out to let the solver choose",

@@ -60,7 +60,7 @@ from .baselines import memory_order
 from .bounds import moment_plans
 from .milp_model import ModelSpec, build_model, column_values, last_uses, make_spec, rank_of
 from .nofit import not_found
-from .options import SolveOptions
+from .options import SolveOptions, recomputing
 from .polish import keep_instead_of_recompute
 from .sequential import pick_device
 
@@ -262,6 +262,7 @@ def _drop_until(keep: np.ndarray, reads: np.ndarray, u: int, t: int, until: int,
 
 def lp_rounding(graph: Graph, cluster: Cluster, options: SolveOptions = SolveOptions()) -> Schedule:
     t0 = time.perf_counter()
+    recomputing("lp-rounding", options)
     deadline = t0 + options.time_limit
     p = options.params
     dev = pick_device(graph, cluster, options.device)
