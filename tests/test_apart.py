@@ -67,6 +67,12 @@ def test_here_is_what_runs_in_the_thread_instead():
     assert call.result() == "this"
 
 
+def test_a_call_not_allowed_a_child_runs_here():
+    call = Apart(os.getpid, child=False)
+    _ended(call)
+    assert not call.in_child and call.result() == os.getpid()
+
+
 def test_with_children_off_the_call_runs_here(monkeypatch):
     monkeypatch.setattr(apart, "IN_CHILD", False)
     call = Apart(os.getpid)

@@ -294,6 +294,7 @@ def test_the_milp_uses_the_core_the_lp_leaves_idle(monkeypatch):
 
 def test_the_lps_roundings_come_back_from_a_child_process(monkeypatch):
     # two cores: the LP's roundings run in a child process (Python work that a thread would run on this one's core)
+    # where the solve may take two threads
     import importlib
 
     M = importlib.import_module("optsched.solvers.milp")
@@ -308,13 +309,14 @@ def test_the_lps_roundings_come_back_from_a_child_process(monkeypatch):
     monkeypatch.setattr(M, "Apart", Recorded)
     g = random_training_graph(40, 1, window=2)
     cl = one_gpu(int(0.6 * _ke(g).peak["gpu0"]))
-    found = M._candidates(g, cl, SolveOptions(swap=False, time_limit=60, threads=1), lambda base: None)
-    (child,) = children
-    assert child.in_child and child._proc.returncode == 0
-    rounded = {name: (s, r) for name, s, r in found if name.startswith("lp-rounding")}
-    assert set(rounded) == {"lp-rounding", "lp-rounding of the bound's plans"}
-    s, r = rounded["lp-rounding"]
-    assert r.valid and s.report.solver == "lp-rounding" and s.report.extra["seed"] == "lp"
+    for threads in (2, 1):      # one thread asked (a sweep's solves, one per core): one core, a thread here
+        found = M._candidates(g, cl, SolveOptions(swap=False, time_limit=60, threads=threads), lambda base: None)
+        child = children.pop()
+        assert child.in_child == (threads == 2) and (threads == 1 or child._proc.returncode == 0)
+        rounded = {name: (s, r) for name, s, r in found if name.startswith("lp-rounding")}
+        assert set(rounded) == {"lp-rounding", "lp-rounding of the bound's plans"}
+        s, r = rounded["lp-rounding"]
+        assert r.valid and s.report.solver == "lp-rounding" and s.report.extra["seed"] == "lp"
 
 
 def test_a_stop_set_ends_the_call_after_its_lp_without_rounding():

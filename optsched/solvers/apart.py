@@ -34,15 +34,15 @@ class ChildLost(OptschedError):
 
 
 class Apart:
-    """`fn(*args)` started at once, in a child process where it can be, else `here()` (default: the same call) in
-    a thread. `thread` is alive while it runs; `result()` then returns its value or raises its error; `stop()`
-    ends a child at once (a thread runs on: `here` must watch a stop event of its own)."""
+    """`fn(*args)` started at once, in a child process where it can be and `child` allows, else `here()` (default:
+    the same call) in a thread. `thread` is alive while it runs; `result()` then returns its value or raises its
+    error; `stop()` ends a child at once (a thread runs on: `here` must watch a stop event of its own)."""
 
-    def __init__(self, fn, *args, here: Callable[[], object] | None = None):
+    def __init__(self, fn, *args, here: Callable[[], object] | None = None, child: bool = True):
         self._got: dict = {}
         self._proc = None
         try:
-            if not IN_CHILD or not sys.executable:
+            if not (child and IN_CHILD and sys.executable):
                 raise OSError("no child process to start")
             payload = pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
             self._proc = subprocess.Popen(

@@ -260,6 +260,18 @@ def least_budget(spec: ModelSpec, seconds: float = _SECONDS, if_over: bool = Fal
         lo = max(lo, int(spec.budget[d]))
     if lo < 0 or fits(lo + 1):
         return lo + 1
+    # up from lo in steps that grow fourfold, then halving: a check below the answer ends at the first programme
+    # without a point, one above it solves them all. Halving from the total bytes spent most checks above it: a
+    # 30-operation graph from 45% of its keep-everything memory, the answer at 48%, took 1.7-2.0 s of its 2 s (252
+    # of its 257 programmes above the answer), cut short under load, so the budget it proved varied run to run
+    # (0.25% lower); 175 programmes, 1.3 s, this way. BERT at 35%: 1.25 s -> 0.8 s, the 3-layer GPT-2 at 20%:
+    # 1.6 s -> 1.1 s, the same budgets to within 0.1%
+    step = max(1, lo // 50)
+    while lo + step < hi and time.perf_counter() - t0 < seconds:
+        if fits(lo + step):
+            hi = lo + step
+            break
+        lo, step = lo + step, 4 * step
     while hi - lo > max(1, hi // 1000) and time.perf_counter() - t0 < seconds:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)

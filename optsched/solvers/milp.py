@@ -317,8 +317,9 @@ def _roundings(graph, cluster, options, share, base, beside=None, stop: threadin
     process (`apart.Apart`: both are Python work, which two threads would run on one core) while this one rounds
     the lower bound's plans (`params["lp"]` False), then calls `beside(base and those)`: the LP keeps one core for
     seconds on large graphs (the 3-layer GPT-2 at 30% of its keep-everything memory: 4 s,
-    `rounding._Relaxation`), time the MILP's bounds use instead. A Ctrl-C (`stop` set) ends the child at once (where
-    it runs in a thread instead, after the LP solve under way): the plans' roundings stand."""
+    `rounding._Relaxation`), time the MILP's bounds use instead. With `options.threads` 1 (a sweep's solves, one per
+    core) they run in a thread. A Ctrl-C (`stop` set) ends the child at once (a thread, after the LP solve under
+    way): the plans' roundings stand."""
     from . import rounding
 
     def named(name, s):
@@ -332,7 +333,8 @@ def _roundings(graph, cluster, options, share, base, beside=None, stop: threadin
     lp = {**stageable, "seeds": 0}
     child = Apart(_candidate, graph, cluster, replace(options, progress=None, warm_start=None, params={}),
                   rounding.lp_rounding, share, lp,
-                  here=lambda: _candidate(graph, cluster, options, rounding.lp_rounding, share, {**lp, "stop": stop}))
+                  here=lambda: _candidate(graph, cluster, options, rounding.lp_rounding, share, {**lp, "stop": stop}),
+                  child=options.threads is None or options.threads > 1)     # one thread asked: one core
     ended = False
     try:
         plans = named("lp-rounding of the bound's plans",

@@ -48,8 +48,8 @@ def recomputing(name: str, options: SolveOptions) -> None:
     rather than returning a schedule that recomputes all the same."""
     if not options.recompute:
         raise OptschedError(f"{name} drops activations and computes them again: it cannot run with recomputation off",
-                            hint="drop --no-recompute, or pick a solver that can run without it (keep-everything, "
-                                 "offload-all, heuristic, milp)")
+                            hint="drop --no-recompute, or pick a solver that runs without it: keep-everything, "
+                                 "offload-all, heuristic or milp")
 
 
 _HINTS = {"time_limit": "seconds of solver wall time, e.g. 60",
