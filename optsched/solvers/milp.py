@@ -317,9 +317,9 @@ def _roundings(graph, cluster, options, share, base, beside=None, stop: threadin
     process (`apart.Apart`: both are Python work, which two threads would run on one core) while this one rounds
     the lower bound's plans (`params["lp"]` False), then calls `beside(base and those)`: the LP keeps one core for
     seconds on large graphs (the 3-layer GPT-2 at 30% of its keep-everything memory: 4 s,
-    `rounding._Relaxation`), time the MILP's bounds use instead. With `options.threads` 1 (a sweep's solves, one per
-    core) they run in a thread. A Ctrl-C (`stop` set) ends the child at once (a thread, after the LP solve under
-    way): the plans' roundings stand."""
+    `rounding._Relaxation`), time the MILP's bounds use instead. They run in a thread where `options.threads` is 1
+    (a sweep's solves, one per core) or the graph has fewer than _APART_FROM operations. A Ctrl-C (`stop` set) ends
+    the child at once (a thread, after the LP solve under way): the plans' roundings stand."""
     from . import rounding
 
     def named(name, s):
@@ -331,10 +331,11 @@ def _roundings(graph, cluster, options, share, base, beside=None, stop: threadin
     own = stop is None      # no caller to tell of a Ctrl-C through `stop`: it goes on up
     stop = stop or threading.Event()
     lp = {**stageable, "seeds": 0}
-    child = Apart(_candidate, graph, cluster, replace(options, progress=None, warm_start=None, params={}),
+    # one core each: its LP on one thread, beside the plans' integer programmes here
+    child = Apart(_candidate, graph, cluster, replace(options, progress=None, warm_start=None, params={}, threads=1),
                   rounding.lp_rounding, share, lp,
                   here=lambda: _candidate(graph, cluster, options, rounding.lp_rounding, share, {**lp, "stop": stop}),
-                  child=options.threads is None or options.threads > 1)     # one thread asked: one core
+                  child=(options.threads is None or options.threads > 1) and len(graph.nodes) >= _APART_FROM)
     ended = False
     try:
         plans = named("lp-rounding of the bound's plans",
@@ -382,6 +383,9 @@ _ALONE_SHARE = 0.75       # for lp-rounding when no other candidate fits: a cold
 _POOR = 3.0               # a candidate this many times keep-everything's one-device time counts as none for the share:
                           # the heuristic's 4.39x on gpt2-3 at 30% left lp-rounding 35% of 60 s, too little for its
                           # rounding (1.51x, gap 14.4%, against 1.31x and 1.02% with three quarters)
+_APART_FROM = 150         # operations, for lp-rounding's LP roundings in a child process (`_roundings`): below, they
+                          # take about as long as the child's start (0.35 s of imports): the 37-operation MLP's
+                          # benchmark rows 0.2 s slower with a child, the 140-operation CNN's the same either way
 _ROOM = 0.01              # skip lp-rounding when a candidate is within 1% of keep-everything's one-device time
 
 
