@@ -355,10 +355,10 @@ def _roundings(graph, cluster, options, share, base, beside=None, stop: threadin
             raise KeyboardInterrupt
         return plans
     try:
-        lp = child.result()
+        rounded = child.result()
     except ChildLost:       # the child died (its stderr says why): the plans' roundings stand
-        lp = None
-    return named("lp-rounding", lp) + plans
+        rounded = None
+    return named("lp-rounding", rounded) + plans
 
 
 def _host(cluster, options) -> str | None:
