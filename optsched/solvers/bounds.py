@@ -143,6 +143,7 @@ import numpy as np
 
 from ..graph import needed_mask
 from ..schedule import Compute, Free
+from .apart import Apart
 from .milp_model import TIME_SCALE, ModelSpec, rank_of
 
 _CANDIDATES = 24    # operations x tried with the LP (where keep-everything holds the most bytes)
@@ -1216,19 +1217,9 @@ def _watched(stop: threading.Event, work: Callable, *args) -> None:
     the HiGHS runs poll, and a second raises; an error in `work` is raised again here."""
     from .milp import _join
 
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work(*args)
-        except BaseException as e:      # noqa: BLE001 -- raised again in the caller's thread
-            failed.append(e)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    _join(worker, stop)
-    if failed:
-        raise failed[0]
+    call = Apart(work, *args, child=False)     # a thread here: the HiGHS runs it starts share this process's stop
+    _join(call.thread, stop)
+    call.result()
 
 
 def _chain(spec: ModelSpec, top: int, cands: list[int], anc: dict) -> list[int]:
