@@ -285,6 +285,16 @@ def test_the_chain_grown_from_the_best_moment_by_the_tight_ones_reaches_the_coup
 
 
 
+def test_the_bound_is_told_as_it_rises_while_the_chain_grows(coupled7):
+    # live progress: the loss's 11 s as soon as the single moments give it, then each larger chain's, up to the
+    # 13 s the call returns, never down
+    g, spec = coupled7
+    told = []
+    grown = lower_bounds(spec, **_GROWTH, tight=lambda: list(range(spec.n)), tell=told.append)
+    assert told[0] == pytest.approx(11.0) and told[-1] == pytest.approx(grown["floor"]) == pytest.approx(13.0)
+    assert told == sorted(told)
+
+
 def test_where_no_tight_moment_raises_the_chain_the_moments_its_own_point_has_no_room_at_do(coupled7, monkeypatch):
     # no tight moments at all: the loss's chain, 11 s, takes the moments where its own optimal point overflows
     # (`_separated`: each with the chain's columns fixed at that point, over 11 s), and reaches the 13 s every
@@ -1388,6 +1398,18 @@ def test_a_weaker_order_s_programmes_start_before_those_queued_for_a_stronger_on
     assert val == 10.0
     assert solved[:4] == [(0, 1), (1, 0), (0, 1, 2), (2, 0, 1)]
     assert solved.index((0, 1, 2, 3)) < solved.index((1, 0, 2)) and solved.index((3, 0, 1, 2)) < solved.index((1, 0, 2))
+
+
+def test_the_orders_tell_the_weakest_order_s_bound_each_time_it_rises(monkeypatch):
+    # the weakest of (0, 1) at 1.0 and (1, 0) at 2.0 is 1.0; (0, 1) then splits into (0, 1, 2) at 1.5 and (2, 0, 1)
+    # at 10, the weakest 1.5; then (1, 0) at 2.0, whose orders reach the target: the live bound climbs 1, 1.5, 2, 10
+    # (every value a bound on all orders then), never down, and ends at the orders' bound
+    told = []
+    _fake_orders(monkeypatch, lambda problem, *a, **k: {(0, 1): 1.0, (1, 0): 2.0, (0, 1, 2): 1.5}.get(problem, 10.0))
+    monkeypatch.setattr(bounds.os, "cpu_count", lambda: 1)
+    val, _ = bounds._orders(None, 0, None, None, {}, {}, (0.0, (0,)), [1, 2, 3], 10.0, 60.0, threading.Event(),
+                            rise=told.append)
+    assert val == 10.0 and told == [1.0, 1.5, 2.0, 10.0]
 
 
 def test_a_programme_that_cannot_be_built_stops_the_orders_with_its_error(monkeypatch):

@@ -174,7 +174,8 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
                  moments: Callable[[], Sequence[int]] | None = None, order_seconds: float = 0.0,
                  stop: threading.Event | None = None, blocking: Callable[[], Sequence[int]] | None = None,
                  blocking_seconds: float = 0.0, tight: Callable[[], Sequence[int]] | None = None,
-                 grow_seconds: float | None = None, start: tuple | None = None, until: float | None = None) -> dict:
+                 grow_seconds: float | None = None, start: tuple | None = None, until: float | None = None,
+                 tell: Callable[[float], None] | None = None) -> dict:
     """{"chain", "work", "recompute", "at", "floor", "grown"}: seconds every schedule of the graph on the model's
     devices needs (see the module docstring); recompute is None where it does not apply and infinite where no
     schedule fits, `at` the indices of the operations it came from (one, or the coupled bound's moments in the
@@ -195,7 +196,10 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     chain, 1.7239x). `until` (perf_counter): nothing runs past it, whatever its seconds (the orders' count from
     where they start, after the single moments and the coupled bound: a 20 s solve of the 3-layer GPT-2 at 30% of
     its keep-everything memory took 23 s, a 5 s one at 25% 8.6 s); the single moments' LPs are solved all the
-    same. A Ctrl-C (or `stop` set) ends them with the bound so far, `stop` set."""
+    same. `tell(seconds)`: called, from any thread, with the floor so far each time the recompute bound rises
+    (after the single moments, the coupled chain, each chain the growth finds, each rise of the weakest order),
+    so that live progress shows a bound while the orders run: BERT at 40% of its keep-everything memory showed
+    none for the 48 s of its orders. A Ctrl-C (or `stop` set) ends them with the bound so far, `stop` set."""
     needed = _needed(spec)
     runnable = ~np.isnan(spec.ccost)
     cheapest = np.where(runnable, spec.ccost, np.inf).min(axis=0, initial=np.inf)
@@ -213,9 +217,14 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     d = _sole_device(spec, needed)
     if d is not None:
         reach = None if target is None else target * TIME_SCALE - float(cheapest.sum())
+        rise = None
+        if tell is not None:
+            def rise(extra: float) -> None:     # model time recomputed -> the floor in seconds
+                if np.isfinite(extra):
+                    tell(max(out["chain"], out["work"], (float(cheapest.sum()) + extra) / TIME_SCALE))
         extra, out["at"], out["grown"] = _recompute(spec, d, needed, seconds, reach, float(cheapest.sum()), moments,
                                                     order_seconds, stop, blocking, blocking_seconds, tight,
-                                                    grow_seconds, start, until)
+                                                    grow_seconds, start, until, rise)
         out["recompute"] = (float(cheapest.sum()) + extra) / TIME_SCALE
     out["floor"] = max(v for k, v in out.items() if k in ("chain", "work", "recompute") and v is not None)
     return out
@@ -656,7 +665,8 @@ def _candidates(spec: ModelSpec, needed: np.ndarray, dst: np.ndarray) -> np.ndar
 def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reach: float | None, work: float = 0.0,
                moments=None, order_seconds: float = 0.0, stop: threading.Event | None = None, blocking=None,
                blocking_seconds: float = 0.0, tight=None, grow_seconds: float | None = None,
-               start: tuple | None = None, until: float | None = None) -> tuple[float, tuple | None, tuple | None]:
+               start: tuple | None = None, until: float | None = None,
+               rise: Callable[[float], None] | None = None) -> tuple[float, tuple | None, tuple | None]:
     """(model time every schedule spends recomputing, at least; the moments it was found at; the chain of moments
     before any orders, with its bound), or (0, None, None).
     The orders start with `_reader`'s operation and the moments (u, y, 0) of `tight` whose y is a moment already.
@@ -674,8 +684,9 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     where given); where the grown chain falls short, the orders over the pairs of moments that cut off its point
     (`_pair_orders`) take up to _PAIRS more, or, with `grow_seconds` and at least _DEEP of `blocking_seconds`
     left, all that is left of them; the orders over `blocking` take at most _BLOCKING seconds less what those
-    took."""
+    took. `rise(value)` is told each larger bound as it comes (`lower_bounds`' `tell`)."""
     t0 = time.perf_counter()
+    rise = rise or (lambda value: None)
     if until is not None:
         seconds = min(seconds, max(until - t0, 0.0))
     tight = functools.cache(tight) if tight is not None else None     # the growth and the orders both take it
@@ -701,6 +712,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
             val = _solve(problem, True, _COUPLED if until is None else min(_COUPLED, until - time.perf_counter()))
             if val > best * (1 + 1e-9):
                 best, at = val, tuple(chain)
+    rise(best)
     grown = (best, at)      # the chain before any orders
     if reach is None or not 0 < best < reach:
         return best, at, grown
@@ -718,12 +730,13 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
         growing, finish = (_GROWING, _FINISH) if grow_seconds is None else (grow_seconds / 2, grow_seconds / 2)
         best, at = grown = max(grown, _grow(spec, d, needed, dst, anc, single, origin, tight(), cutoff,
                                             min(growing, blocking_seconds), stop,
-                                            min(finish, max(blocking_seconds - growing, 0.0))), key=lambda v: v[0])
+                                            min(finish, max(blocking_seconds - growing, 0.0)), rise),
+                                  key=lambda v: v[0])
         if best < reach:
             left = blocking_seconds - (time.perf_counter() - t1)
             deep = grow_seconds is not None and left >= _DEEP
             best, at = _pair_orders(spec, d, needed, dst, anc, single, (best, at), cutoff,
-                                    left if deep else min(_PAIRS, left), stop, deep)
+                                    left if deep else min(_PAIRS, left), stop, deep, rise)
         spent = time.perf_counter() - t1
         order_seconds, blocking_seconds = order_seconds - spent, min(blocking_seconds, _BLOCKING) - spent
         if not best < reach:
@@ -741,12 +754,13 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     known = set(at) | set(head)     # a moment (u, y, 0) restricts u only up to y, where the chain has y
     again = [m for m in tight() if _last_before(m) and m[1] in known][:_AGAIN] if tight is not None else []
     ms = list(dict.fromkeys(head + again + ms))
-    return *_orders(spec, d, needed, dst, anc, single, (best, at), ms, cutoff, seconds, stop), grown
+    return *_orders(spec, d, needed, dst, anc, single, (best, at), ms, cutoff, seconds, stop, rise=rise), grown
 
 
 def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
           start: tuple[float, tuple[int, ...]], cands: Sequence[int], reach: float, seconds: float,
-          stop: threading.Event, finish: float = 0.0) -> tuple[float, tuple[int, ...]]:
+          stop: threading.Event, finish: float = 0.0,
+          rise: Callable[[float], None] | None = None) -> tuple[float, tuple[int, ...]]:
     """(model time every schedule recomputes, at least; the chain of moments it was found at): the chain of `start`
     (its bound, its moments) grown one moment at a time. Each of `cands` (`tight_moments`) that comes before or
     after every moment in every schedule (`_precedes`) is tried in its place (the coupled programme, at most _TRY
@@ -765,8 +779,9 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
     beat a long chain: `_chain` takes the operations where keep-everything holds the most, all near the peak, and
     over 16 moments HiGHS gets no further than the LP (the transformer at 45% of its keep-everything memory: the
     ReLU backward of each layer and the attention's gradient sum between them, with the loss's, 1.2559x -> 1.2807x
-    of keep-everything's time)."""
+    of keep-everything's time). `rise(value)` is told each larger bound as it comes."""
     t0 = time.perf_counter()
+    rise = rise or (lambda value: None)
     best, chain = start
     top = start                                 # the largest bound so far, and its chain
     back = False                                # the chain grew again from its start, with every tier, once
@@ -826,6 +841,7 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
             i = max(range(len(vals)), key=lambda i: vals[i][0])
             (best, solved), chain = vals[i], tuple(sorted((*chain, tried[i]), key=place))
             top = max(top, (best, chain), key=lambda v: v[0])
+            rise(top[0])
             failed.clear()
             if not solved:
                 unsolved.append(chain)
@@ -839,12 +855,14 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
         i = max(range(len(vals)), key=vals.__getitem__)
         if vals[i] > best:
             best, chain = vals[i], unsolved[i]
+            rise(best)
     return best, chain
 
 
 def _pair_orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
                  start: tuple[float, tuple], reach: float, seconds: float,
-                 stop: threading.Event, deep: bool = False) -> tuple[float, tuple]:
+                 stop: threading.Event, deep: bool = False,
+                 rise: Callable[[float], None] | None = None) -> tuple[float, tuple]:
     """`_orders` from the chain of `start` (its bound, its moments) over the pairs of moments (`_paired`) that cut
     off its optimal point as far as `reach` (`_beyond`), for up to `seconds` in all; `start` where none does.
     With the chain's columns fixed, a pair's value is at least what its orders can give, so where none reaches,
@@ -855,7 +873,7 @@ def _pair_orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, a
     bound from the root rarely betters anything at such budgets: every pair that cuts off the point at all is
     kept, the deepest first, and the orders take all the seconds (GPT-2 at 30% with a time limit of 180 s: `mm_1`
     with `mul_9`'s last computation before it cuts the point short of the target, and its orders raise the bound
-    1.6829x -> 1.7239x of keep-everything's time)."""
+    1.6829x -> 1.7239x of keep-everything's time). `rise`: as `_orders`'."""
     t0 = time.perf_counter()
     point = _point(spec, d, needed, dst, anc, single, start[1], seconds / 4, stop) if seconds > 0 else None
     if point is None:
@@ -867,7 +885,7 @@ def _pair_orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, a
     if not pairs:
         return start
     return _orders(spec, d, needed, dst, anc, single, start, list(dict.fromkeys(m for _, p in pairs for m in p)),
-                   reach, seconds - (time.perf_counter() - t0), stop)
+                   reach, seconds - (time.perf_counter() - t0), stop, rise=rise)
 
 
 def _separated(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
@@ -997,7 +1015,8 @@ def _reader(spec: ModelSpec, needed: np.ndarray, chain: Sequence[int], anc: dict
 
 def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
             start: tuple[float, tuple[int, ...]], moments, reach: float | None, seconds: float,
-            stop: threading.Event, between: bool = False) -> tuple[float, tuple[int, ...]]:
+            stop: threading.Event, between: bool = False,
+            rise: Callable[[float], None] | None = None) -> tuple[float, tuple[int, ...]]:
     """(model time every schedule recomputes, at least; the moments of the order it was found at) from the coupled
     programme over moments taken in every order: the first computations of operations neither of which is an
     ancestor of the other come in one order or the other in each schedule, so the least of the programmes over
@@ -1021,8 +1040,10 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
     rank), as in a search that takes the weakest each time: where the seconds run out, the bound is the weakest
     order's, and it is then as far on as it can be (GPT-2 at 30% with a time limit of 180 s: 1.7239x of
     keep-everything's time in two runs and in the code before, where a first-come queue gave 1.7177x in one
-    of three)."""
+    of three). `rise(value)` is told the weakest order's bound each time it rises: it holds for every schedule
+    all along (an order whose programmes still run stands at its own bound)."""
     t0 = time.perf_counter()
+    told = [start[0]]
     _ancestors(spec, anc, moments)
     leaves = {start: None}      # order -> (the moment it takes, its orders, their programmes) while they run
     idle = set()                # moments (u, y, 0) that raised no order where they were taken: left out
@@ -1048,6 +1069,9 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
                 if run is not None and all(runs.solved(i) for i in run[2]):
                     settle(leaf, [runs.value(i) for i in run[2]])
             weakest = min(leaves, key=key)
+            if weakest[0] > told[0] and rise is not None:
+                told[0] = weakest[0]
+                rise(weakest[0])
             if (reach is not None and weakest[0] >= reach) or not np.isfinite(weakest[0]):
                 return
             if leaves[weakest] is None and next_moment(weakest[1]) is None:

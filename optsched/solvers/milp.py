@@ -663,7 +663,7 @@ _NO_FIT = 10.0  # seconds at most for `bounds.no_fit` where no schedule was foun
 
 def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0, orders: bool = False,
             stop: threading.Event | None = None, seconds: float = _SECONDS, grow: bool = False,
-            start: tuple | None = None, search: bool = True, until: float | None = None) -> dict:
+            start: tuple | None = None, search: bool = True, until: float | None = None, live: bool = False) -> dict:
     """`bounds.lower_bounds(spec, target=target)`; InfeasibleError, proven, where they show that no schedule fits
     (a relaxation of every schedule has no point; `search` False, for a caller that discards it: without
     `_infeasible`'s search for a budget that fits). Where the bound falls just short of `target` and `orders` (the
@@ -684,8 +684,9 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
     transformer at 45% of its keep-everything memory, proven within 1% in 18 s instead of 2.4% in 60 s); with
     `grow` and `orders` and a minute or more left after the growth, every pair that cuts the point takes all of
     it (GPT-2 at 30% with a time limit of 180 s: the gap 6.07% -> 3.78%, with the chain grown from `start`: an
-    earlier call's "grown", `bounds.lower_bounds`). None of it runs past `until` (perf_counter), where given. A
-    Ctrl-C during them sets `stop` and ends them with the bound so far."""
+    earlier call's "grown", `bounds.lower_bounds`). None of it runs past `until` (perf_counter), where given.
+    `live` (the HiGHS solve's callers, whose progress `_merged` takes floors): the bound goes to the progress as it
+    rises. A Ctrl-C during them sets `stop` and ends them with the bound so far."""
     fits = [(r.makespan, name, sched) for name, sched, r in base if r.valid]
     fastest = min(fits, key=lambda v: v[0])[2].instructions if fits else ()
     ids = graph.arrays.ids
@@ -693,7 +694,8 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
                      moments=lambda: order_moments(spec, ids, fastest),
                      blocking=lambda: blocking_moments(spec, ids, fastest), blocking_seconds=_ORDER_SHARE * left,
                      tight=lambda: tight_moments(spec, ids, fastest, recomputations=True),
-                     grow_seconds=_ORDER_SHARE * left if grow and orders else None, start=start, until=until)
+                     grow_seconds=_ORDER_SHARE * left if grow and orders else None, start=start, until=until,
+                     tell=(lambda floor: _tell(options, stop or threading.Event(), floor=floor)) if live else None)
     if np.isfinite(b["floor"]):
         return b
     if fits:
@@ -1093,7 +1095,7 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
         with contextlib.suppress(InfeasibleError):      # said after the candidates, as without the LP beside
             early["bounds"] = _bounds(graph, cluster, options, base, spec0, early["target"],
                                       order_time(), build_model(spec0).index.size >= _ORDER_FROM_NNZ, stop,
-                                      _BESIDE * _SECONDS, search=False, until=end)
+                                      _BESIDE * _SECONDS, search=False, until=end, live=True)
             _tell(options, stop, floor=early["bounds"]["floor"])
 
     try:
@@ -1115,7 +1117,7 @@ def _stage_model(graph: Graph, cluster: Cluster, options: SolveOptions, t_start:
         # rounding's) came since, whose moments the orders take
         again = _bounds(graph, cluster, options, base, graph_order(), target, order_time(),
                         model.index.size >= _ORDER_FROM_NNZ, stop, grow=True,
-                        start=None if bounds is None else bounds["grown"], until=end)
+                        start=None if bounds is None else bounds["grown"], until=end, live=True)
         bounds = again if bounds is None or again["floor"] >= bounds["floor"] else bounds
     _tell(options, stop, floor=bounds["floor"])
     left = order_time()
@@ -1203,7 +1205,7 @@ def _bounds_again(graph, cluster, options, base, spec, bounds: dict, target: flo
         return bounds
     with contextlib.suppress(InfeasibleError):      # a schedule fits: the bounds cannot say otherwise
         again = _bounds(graph, cluster, options, base, spec, target, left, orders, stop, grow=True,
-                        start=bounds["grown"], search=False, until=until)
+                        start=bounds["grown"], search=False, until=until, live=True)
         if again["floor"] > bounds["floor"]:
             return again
     return bounds
