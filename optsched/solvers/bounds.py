@@ -170,6 +170,10 @@ _GROUP = 8          # required results, at most, in the group whose latest momen
 _LATEST_SHARE = 0.2  # of `no_fit`'s seconds, at most, for that
 
 
+def _unheard(value: float) -> None:
+    """`rise` where no one listens: the bound search's progress goes nowhere."""
+
+
 def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | None = None,
                  moments: Callable[[], Sequence[int]] | None = None, order_seconds: float = 0.0,
                  stop: threading.Event | None = None, blocking: Callable[[], Sequence[int]] | None = None,
@@ -217,7 +221,7 @@ def lower_bounds(spec: ModelSpec, seconds: float = _SECONDS, target: float | Non
     d = _sole_device(spec, needed)
     if d is not None:
         reach = None if target is None else target * TIME_SCALE - float(cheapest.sum())
-        rise = None
+        rise = _unheard
         if tell is not None:
             def rise(extra: float) -> None:     # model time recomputed -> the floor in seconds
                 if np.isfinite(extra):
@@ -666,7 +670,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
                moments=None, order_seconds: float = 0.0, stop: threading.Event | None = None, blocking=None,
                blocking_seconds: float = 0.0, tight=None, grow_seconds: float | None = None,
                start: tuple | None = None, until: float | None = None,
-               rise: Callable[[float], None] | None = None) -> tuple[float, tuple | None, tuple | None]:
+               rise: Callable[[float], None] = _unheard) -> tuple[float, tuple | None, tuple | None]:
     """(model time every schedule spends recomputing, at least; the moments it was found at; the chain of moments
     before any orders, with its bound), or (0, None, None).
     The orders start with `_reader`'s operation and the moments (u, y, 0) of `tight` whose y is a moment already.
@@ -686,7 +690,6 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
     left, all that is left of them; the orders over `blocking` take at most _BLOCKING seconds less what those
     took. `rise(value)` is told each larger bound as it comes (`lower_bounds`' `tell`)."""
     t0 = time.perf_counter()
-    rise = rise or (lambda value: None)
     if until is not None:
         seconds = min(seconds, max(until - t0, 0.0))
     tight = functools.cache(tight) if tight is not None else None     # the growth and the orders both take it
@@ -760,7 +763,7 @@ def _recompute(spec: ModelSpec, d: int, needed: np.ndarray, seconds: float, reac
 def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
           start: tuple[float, tuple[int, ...]], cands: Sequence[int], reach: float, seconds: float,
           stop: threading.Event, finish: float = 0.0,
-          rise: Callable[[float], None] | None = None) -> tuple[float, tuple[int, ...]]:
+          rise: Callable[[float], None] = _unheard) -> tuple[float, tuple[int, ...]]:
     """(model time every schedule recomputes, at least; the chain of moments it was found at): the chain of `start`
     (its bound, its moments) grown one moment at a time. Each of `cands` (`tight_moments`) that comes before or
     after every moment in every schedule (`_precedes`) is tried in its place (the coupled programme, at most _TRY
@@ -781,7 +784,6 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
     ReLU backward of each layer and the attention's gradient sum between them, with the loss's, 1.2559x -> 1.2807x
     of keep-everything's time). `rise(value)` is told each larger bound as it comes."""
     t0 = time.perf_counter()
-    rise = rise or (lambda value: None)
     best, chain = start
     top = start                                 # the largest bound so far, and its chain
     back = False                                # the chain grew again from its start, with every tier, once
@@ -862,7 +864,7 @@ def _grow(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dic
 def _pair_orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
                  start: tuple[float, tuple], reach: float, seconds: float,
                  stop: threading.Event, deep: bool = False,
-                 rise: Callable[[float], None] | None = None) -> tuple[float, tuple]:
+                 rise: Callable[[float], None] = _unheard) -> tuple[float, tuple]:
     """`_orders` from the chain of `start` (its bound, its moments) over the pairs of moments (`_paired`) that cut
     off its optimal point as far as `reach` (`_beyond`), for up to `seconds` in all; `start` where none does.
     With the chain's columns fixed, a pair's value is at least what its orders can give, so where none reaches,
@@ -1016,7 +1018,7 @@ def _reader(spec: ModelSpec, needed: np.ndarray, chain: Sequence[int], anc: dict
 def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: dict, single: dict,
             start: tuple[float, tuple[int, ...]], moments, reach: float | None, seconds: float,
             stop: threading.Event, between: bool = False,
-            rise: Callable[[float], None] | None = None) -> tuple[float, tuple[int, ...]]:
+            rise: Callable[[float], None] = _unheard) -> tuple[float, tuple[int, ...]]:
     """(model time every schedule recomputes, at least; the moments of the order it was found at) from the coupled
     programme over moments taken in every order: the first computations of operations neither of which is an
     ancestor of the other come in one order or the other in each schedule, so the least of the programmes over
@@ -1069,7 +1071,7 @@ def _orders(spec: ModelSpec, d: int, needed: np.ndarray, dst: np.ndarray, anc: d
                 if run is not None and all(runs.solved(i) for i in run[2]):
                     settle(leaf, [runs.value(i) for i in run[2]])
             weakest = min(leaves, key=key)
-            if weakest[0] > told[0] and rise is not None:
+            if weakest[0] > told[0]:
                 told[0] = weakest[0]
                 rise(weakest[0])
             if (reach is not None and weakest[0] >= reach) or not np.isfinite(weakest[0]):

@@ -695,7 +695,7 @@ def _bounds(graph, cluster, options, base, spec, target=None, left: float = 0.0,
                      blocking=lambda: blocking_moments(spec, ids, fastest), blocking_seconds=_ORDER_SHARE * left,
                      tight=lambda: tight_moments(spec, ids, fastest, recomputations=True),
                      grow_seconds=_ORDER_SHARE * left if grow and orders else None, start=start, until=until,
-                     tell=(lambda floor: _tell(options, stop or threading.Event(), floor=floor)) if live else None)
+                     tell=(lambda floor: _tell(options, stop, floor=floor)) if live else None)
     if np.isfinite(b["floor"]):
         return b
     if fits:
